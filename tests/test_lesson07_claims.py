@@ -454,12 +454,12 @@ def test_uptraining_steps_against_the_steps_to_target():
 
 def test_read_only_shares_in_the_stored_attention_run():
     """Section 3: 'the fused kernel and the course function read the 256 MiB cache at a share of
-    the read-only bandwidth (the fused kernel at the larger share)'; at g = 4 'the fused kernel
-    reads its four-times-smaller cache at about the same share ... while the course function's
-    share falls, so the fused speed-up on the `g= 4` line comes closer to the ideal 4x than the
-    course function's'; 'Only the fused kernel is limited by memory' (warm against cold, dated in
-    docs/benchmarks.md); the fused share is the larger and both stay below 100% (on the stored
-    run). The prose quotes no typed range of shares or speed-ups: those are dated in docs/benchmarks.md."""
+    the read-only bandwidth (the fused kernel at the larger share)'; 'Only the fused kernel is
+    limited by memory' (warm against cold, dated in docs/benchmarks.md); the fused share is the
+    larger and both stay below 100% (on the stored run). At g = 4 the prose names no general
+    winner: 'In the stored run (the course's AMD machine) `fused` did [come closer to 4x]; on a
+    quiet Intel Xeon and a busy AMD run, `course` did', each held to its own run: the stored one
+    to the stored table, the other two (and the figures its fold-out quotes) to docs/benchmarks.md."""
     share, speedup = {}, {}
     for line in _stored_text("a6cc0e7d").splitlines():
         if line.startswith("g="):
@@ -469,8 +469,6 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert set(share) == {16, 4, 1}
     assert share[16]["fused"] > share[16]["course"] >= 0.4
     assert all(s < 1.0 for by_method in share.values() for s in by_method.values())
-    assert share[4]["fused"] >= 0.85 * share[16]["fused"] and share[4]["course"] < share[16]["course"]
-    assert abs(4 - speedup[4]["fused"]) < abs(4 - speedup[4]["course"])
     prose = _prose("d270e847")
     assert "the fused kernel at the larger share" in prose
     assert "Only the fused kernel is limited by memory" in prose
@@ -479,36 +477,68 @@ def test_read_only_shares_in_the_stored_attention_run():
     assert "42-60 GB/s" in prose and "13-21 GB/s" in prose
     assert "the lesson's 32 MiB a layer does not fit" in prose
     assert "60 GB/s" in docs and "42-54 GB/s" in docs and "13-21 GB/s" in docs
-    assert "closer to the ideal 4x than the course function's" in prose
     assert not any(typed in prose for typed in ("65%", "84%", "3.1–4.0x", "2.3x"))
+    # g = 4: the learner's own line decides; the stored run's winner is the stored table's
+    assert "Compare the `course` and `fused` speed-ups on your `g= 4` line." in prose
+    assert "In the stored run (the course's AMD machine) `fused` did;" in prose
+    assert abs(4 - speedup[4]["fused"]) < abs(4 - speedup[4]["course"])
+    # ... and the two runs where `course` came closer are the ones docs/benchmarks.md records
+    assert "on a quiet Intel Xeon and a busy AMD run, `course` did." in prose
+    others = re.search(r"At \$g = 4\$, course then fused: (\d\.\d\d)x and (\d\.\d\d)x on a quiet Intel "
+                       r"Xeon, (\d\.\d\d)x and (\d\.\d\d)x on the AMD machine at load 7\.5 to 13 "
+                       r"\(docs/benchmarks\.md\)", prose)
+    assert others, "the fold-out's speed-ups of the Intel and the busy AMD run"
+    intel_course, intel_fused, busy_course, busy_fused = others.groups()
+    flat = " ".join(docs.split())
+    assert f"speed-ups at g = 4 course {intel_course}x, fused {intel_fused}x" in flat
+    assert "quiet (load 0.3)" in flat and "2-core Intel Xeon" in flat
+    assert f"{busy_fused}x fused against {busy_course}x course" in flat
+    assert "at load 7.5 to 13 on that machine" in flat
+    for course, fused in ((intel_course, intel_fused), (busy_course, busy_fused)):
+        assert abs(4 - float(course)) < abs(4 - float(fused)), (course, fused)
     # a check line only for a fused speed-up above the ideal at g = 4, within the summary's stated
-    # 2.9x to 4.6x (the fold-out of c5100e78)
+    # span (the fold-out of c5100e78, test_the_summary_scopes_its_memory_bound_and_whole_step_readings)
     checks = [line for line in _stored_text("ca473f08").splitlines() if line.startswith("check:")]
     assert all(line.startswith("check: fused beats the ideal h/g at g=[4]") for line in checks), checks
-    assert 2.9 <= speedup[4]["fused"] <= 4.6
+    assert 2.66 <= speedup[4]["fused"] <= 4.58
     stored = _stored_text("a6cc0e7d")
     assert "conditions: 1 thread (CPU time of the thread);" in stored  # shares beside their conditions
     assert "1 thread" in _stored_text("ca473f08") and "read_sum" in _stored_text("ca473f08")
 
 
 def test_the_shortfall_sentence_reads_a_cpu_time_table():
-    """Section 3's first table: 'The table is one thread's CPU time ... in 23 runs ... `course` at
-    g = 4 ran 1.63x to 2.51x faster than at g = 16, never near 1x and never near 4x': the stored
-    table is timed that way, its course g = 4 speed-up lies in the quoted span, and the span is
-    the one docs/benchmarks.md records over those runs (23 on the course's machine, load 1.4 to
-    about 10), and the prose says a run may land outside it."""
+    """Section 3's first table: 'The table is one thread's CPU time ... In our runs `course` at
+    g = 4 ran 1.63x (AMD, busy) to 3.18x (Intel Xeon, quiet) faster than at g = 16: 1.63x to 2.51x
+    in 23 runs on the AMD machine, 3.10x in a learner's run there at load 7.5 to 13': the stored
+    table is timed that way, its course g = 4 speed-up lies in the quoted span, each figure is the
+    one docs/benchmarks.md records, every one of them is short of 4x as the bullet says, and the
+    prose says a run may land outside the span."""
     import re
 
     prose, stored = _prose("30dafa21"), _stored_text("ca473f08")
     assert "wall-clock" not in prose and "wall clock" not in prose
     assert "conditions of every share below: 1 thread (CPU time of the thread);" in stored
-    low, high = map(float, re.search(r"ran (\d\.\d+)x to (\d\.\d+)x faster than at", prose).groups())
+    span = re.search(r"ran (\d\.\d+)x \(AMD, busy\) to (\d\.\d+)x \(Intel Xeon, quiet\) faster than at",
+                     prose)
+    assert span, "the course function's g = 4 span, each end with its machine"
+    low, high = map(float, span.groups())
     course_g4 = next(float(line.split("|")[1].split()[0].rstrip("x"))
                      for line in stored.splitlines() if line.startswith("  4 |"))
     assert 1.2 < low <= course_g4 <= high < 4
-    docs = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    assert f"ran {low:.2f}x to {high:.2f}x" in " ".join(docs.split())
-    assert "in 23 runs" in prose and "Over the 23 runs" in docs and "yours may land a little outside" in prose
+    docs = " ".join((NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    assert f"`course` at g = 4 ran {low:.2f}x to {high:.2f}x faster than at g = 16" in docs
+    assert f"speed-ups at g = 4 course {high:.2f}x" in docs and "quiet (load 0.3)" in docs  # the Intel run
+    amd_low, amd_high, busy = map(float, re.search(
+        r"(\d\.\d+)x to (\d\.\d+)x in 23 runs on the AMD machine, (\d\.\d+)x in a learner's run there at "
+        r"load 7\.5 to 13", prose).groups())
+    over_23 = f"the 23 runs (load 1.4 to about 10), `course` at g = 4 ran {amd_low:.2f}x to {amd_high:.2f}x"
+    assert over_23 in docs
+    assert f"against {busy:.2f}x course" in docs
+    assert amd_low == low and max(amd_high, busy) <= high  # the span's ends are these runs'
+    assert f"ran {low:.2f}x to 1.88x faster than at g = 16" in docs and "load 4.2" in docs  # low end: busy
+    assert "In every run we recorded, quiet or busy, `course` at $g = 4$ stayed short of 4x" in prose
+    assert "Quiet machine or busy" not in prose and "well short of 4x" not in prose  # 3.18x is not well short
+    assert "yours may land outside that span" in prose
     assert "differ by a third or more" in _prose("486c1196")
 
 
@@ -539,22 +569,39 @@ def test_every_share_names_the_load_among_its_conditions():
 
 
 def test_the_summary_scopes_its_memory_bound_and_whole_step_readings():
-    """Summary: the fused kernel 'gets nearly all of that in time while reading outlasts the
-    arithmetic: in the printed table about 4x at g = 4, but far less than 16x at g = 1'; 'at the
-    benchmark's shape with one sequence of 4096 tokens GQA-4 can be at most 1.6 times faster ...
-    The bound grows with the cache ... (1.93 at 8192 tokens in the whole-step table), but stays
-    below 4' (against the stored runs and the byte count)."""
+    """Summary: the fused kernel 'can get much of that in time while reading outlasts the
+    arithmetic: 4.24x at g = 4 in the stored run (see your `fused` column), but far less than 16x
+    at g = 1'; its fold-out's span over our runs is docs/benchmarks.md's; 'The course function's
+    separate calls ... stayed short of 4x at g = 4 in all our runs; a fused kernel ... came much
+    closer in the stored run, though not everywhere'; 'at the benchmark's shape with one sequence
+    of 4096 tokens GQA-4 can be at most 1.6 times faster ... The bound grows with the cache ...
+    (1.93 at 8192 tokens in the whole-step table), but stays below 4' (against the stored runs and
+    the byte count)."""
     speedup = {}
     for line in _stored_text("a6cc0e7d").splitlines():
         if line.startswith("g="):
-            speedup[int(line[2:4])] = float(line.split("fused ")[1].split("x")[0])
-    assert 2.9 <= speedup[4] <= 4.6 and speedup[1] < 8 < 16  # "2.9x to 4.6x in our runs"
+            speedup[int(line[2:4])] = {m: float(line.split(f"{m} ")[1].split("x")[0])
+                                       for m in ("course", "fused")}
     first, second = _prose("c5100e78"), _prose("7922bd91")
-    assert "about 4x at $g = 4$ (2.9x to 4.6x in our runs, [recorded here]" in first
-    assert "fused speed-up at g = 4 ranged 2.88x to 4.58x" in " ".join(
-        (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    stored_g4 = re.search(r"(\d\.\d\d)x at \$g = 4\$ in the stored run \(see your `fused` column\)", first)
+    assert stored_g4 and float(stored_g4[1]) == speedup[4]["fused"]
+    assert "in the printed table about 4x" not in first and "gets nearly all of that" not in first
+    docs_text = (NOTEBOOK.parents[1] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    docs = " ".join(docs_text.split())
+    low, high, anchor = re.search(r"ran (\d\.\d\d)x to (\d\.\d\d)x in our runs on two machines "
+                                  r"\(\[recorded here\]\([^)#]+#([^)]+)\)", first).groups()
+    assert anchor in _markdown_anchors(docs_text)
+    assert f"and the fused kernel {low}x to {high}x (the 26 runs above, 2.88x to {high}x;" in docs
+    assert f"{low}x fused against" in docs  # the low end: the learner's busy run
+    assert float(low) <= speedup[4]["fused"] <= float(high) and speedup[1]["fused"] < 8 < 16
     assert "but far less than 16x at $g = 1$" in first
     assert "its time follows the cache's size" not in first
+    # the separate calls stayed short of 4x in every recorded run; the fused kernel's lead is the stored run's
+    course_high = float(re.search(r"the spans it quotes \(1 thread\) are: `course` at g = 4 ran \d\.\d\dx to "
+                                  r"(\d\.\d\d)x faster", docs)[1])
+    assert "stayed short of 4x at $g = 4$ in all our runs" in second and course_high < 4
+    assert "came much closer in the stored run, though not everywhere (see your `g= 4` line)" in second
+    assert abs(4 - speedup[4]["fused"]) < abs(4 - speedup[4]["course"]) / 2
     assert ("with one sequence of 4096 tokens GQA-4 reads 1.6 times fewer bytes, so it can be at most 1.6 "
             "times faster if both steps read at one rate" in second)
     assert "in our reading (this lesson does not time the arithmetic alone)" in first
@@ -565,6 +612,48 @@ def test_the_summary_scopes_its_memory_bound_and_whole_step_readings():
     bound = lambda T: (weights(h) + kv_cache_bytes(layers, 1, h, dk, T, 4)) / (  # noqa: E731
         weights(4) + kv_cache_bytes(layers, 1, 4, dk, T, 4))
     assert bound(4096) == 1.6 and bound(8192) > bound(4096) and bound(10**7) < 4
+
+
+# Which method comes closer to the ideal 4x at g = 4 depends on the machine and its load: on the
+# course's AMD machine the stored run's fused kernel did, on a quiet Intel Xeon and in a busy AMD run
+# the course function did (docs/benchmarks.md, 2026-12-01). A sentence that has the fused kernel
+# come closer must say whose run it read (the stored run) or send the learner to their own table.
+_RUN_SCOPES = ("stored run", "your")
+
+
+def _unscoped_fused_closer(text: str) -> list[str]:
+    """The sentences of ``text`` that have the fused kernel come closer (or nearer) to the ideal
+    than the course function without naming the run they read."""
+    found = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\n", text):
+        if (re.search(r"\b(closer|nearer)\b", sentence) and "fused" in sentence.lower()
+                and not re.search(r"course( function)?`? (came|comes|did|does) (much )?(closer|nearer)",
+                                  sentence)
+                and not any(scope in sentence for scope in _RUN_SCOPES)):
+            found.append(sentence)
+    return found
+
+
+def test_no_sentence_has_the_fused_kernel_closer_to_4x_unscoped():
+    """The lesson (and its student copy, README.md and INSTRUCTORS.md) states which method came
+    closer to 4x only for the stored run, or points at the learner's own `g= 4` line."""
+    # the detector catches the sentences this lesson used to print, and passes the scoped ones
+    assert _unscoped_fused_closer(
+        "- At $g = 4$ the fused kernel reads its cache at nearly the same share, so the fused speed-up on "
+        "the `g= 4` line comes closer to the ideal 4x than the course function's. It reads a quarter.")
+    assert _unscoped_fused_closer("a fused kernel that reads the cache in one pass, with a running softmax, "
+                                  "comes much closer to it at $g = 4$.")
+    assert _unscoped_fused_closer("At g = 4 the fused kernel came nearer to 4x than `course`.")
+    assert not _unscoped_fused_closer("In the stored run the fused kernel came closer to 4x than `course`.")
+    assert not _unscoped_fused_closer("On a quiet Intel Xeon the course function came closer than fused.")
+    root = NOTEBOOK.parents[1]
+    texts = {f"{p.relative_to(root)} {c.get('id')}": c.source
+             for p in (NOTEBOOK, root / "student" / NOTEBOOK.name)
+             for c in nbformat.read(p, as_version=4).cells if c.cell_type == "markdown"}
+    texts.update({name: (root / name).read_text(encoding="utf-8")
+                  for name in ("README.md", "INSTRUCTORS.md")})
+    unscoped = {where: found for where, text in texts.items() if (found := _unscoped_fused_closer(text))}
+    assert not unscoped, f"name the run (the stored run) or point at the learner's own line: {unscoped}"
 
 
 def test_the_lesson_runs_the_quick_defaults_with_their_full_runs_named():
