@@ -621,3 +621,18 @@ def test_load_checkpoint_names_a_malformed_sha256_field(tmp_path, digest):
     with pytest.raises(C.CheckpointError, match=r"m\.json: 'sha256' must be 64 hex digits") as err:
         C.load_checkpoint(tmp_path / "m", task="t")
     assert "corrupted" not in str(err.value)
+
+
+# -- battery 34 --------------------------------------------------------------------------------------
+
+# -- save_checkpoint_training_falsy: `training or {}` saved 0, False and '' as {} without a word ------
+@pytest.mark.parametrize("training", [0, False, "", []])
+def test_save_checkpoint_refuses_a_training_that_is_no_dict(tmp_path, training):
+    with pytest.raises(TypeError, match=rf"^training must be a dict or None, got {type(training).__name__} "):
+        C.save_checkpoint(SM, tmp_path / "m", task="t", metrics={}, command="c", training=training)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_checkpoint_records_training_none_as_an_empty_dict(tmp_path):
+    meta_path = C.save_checkpoint(SM, tmp_path / "m", task="t", metrics={}, command="c", training=None)
+    assert json.loads(meta_path.read_text())["training"] == {}

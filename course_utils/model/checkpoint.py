@@ -290,7 +290,8 @@ def save_checkpoint(
     last step's evaluation, which every training run makes);
     ``command`` is the shell command that re-creates it (not empty: it is the sidecar's only
     record of how the weights were made); ``training`` holds anything else
-    worth keeping (steps, seed, seconds, device).
+    worth keeping (steps, seed, seconds, device), as a dict of plain JSON, or None for nothing
+    (recorded as ``{}``); anything else (``0``, ``False``, ``''``, a list) is a TypeError naming it.
 
     The weights are stored as float32, what :func:`load_checkpoint` builds: a float16 or bfloat16
     model is widened (exactly); a float64 one is a TypeError naming the first such tensor and
@@ -326,10 +327,13 @@ def save_checkpoint(
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
-    for name, value, kind in (("task", task, str), ("metrics", metrics, dict), ("command", command, str),
-                              ("training", training or {}, dict)):
+    for name, value, kind in (("task", task, str), ("metrics", metrics, dict), ("command", command, str)):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    if training is not None and not isinstance(training, dict):  # 0, False, '' are not "nothing to record"
+        raise TypeError(f"training must be a dict or None, got {type(training).__name__} "
+                        f"{shown_value(training, 60)}")
+    training = {} if training is None else training
     if not task.strip():
         raise ValueError(f"task must name the task the model was trained on, such as 'induction', got "
                          f"{shown_value(task)}")
@@ -349,7 +353,7 @@ def save_checkpoint(
                              f"load_checkpoint's user "
                              f"must reproduce; NaN and infinity are not JSON), got "
                              f"{type(value).__name__} {shown_value(value, 60)}")
-    _check_json_field("training", training or {})
+    _check_json_field("training", training)
     # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
                for k, v in metrics.items()}
@@ -507,7 +511,7 @@ def _previous_weights(weights_path: Path) -> Path:
     return weights_path.with_name(f".{weights_path.name}.previous")
 
 
-def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict | None, weights_name: str,
+def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict, weights_name: str,
              weights_file: Path) -> dict:
     """The JSON sidecar's fields for the weights written to ``weights_file`` (named
     ``weights_name`` once in place)."""
@@ -517,7 +521,7 @@ def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dic
         "config": config,
         "metrics": metrics,
         "command": command,
-        "training": training or {},
+        "training": training,
         "weights_file": weights_name,
         "size_bytes": weights_file.stat().st_size,
         "sha256": sha256_of(weights_file),
