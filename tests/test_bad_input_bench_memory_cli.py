@@ -822,3 +822,17 @@ def test_notebook_peak_memory_refuses_a_huge_timeout_by_name(tmp_path):
 
     with pytest.raises(ValueError, match=r"^timeout must be an int in 1\.\.604800"):
         notebook_peak_memory(tmp_path / "never_run.ipynb", timeout=10 ** 400)
+
+
+# -- battery 34 --------------------------------------------------------------------------------------
+
+# -- bench_test_memory_null_seconds: read_test_report took "seconds": null, the table then crashed ---
+@pytest.mark.parametrize("record", [{"peak_mb": 1.0, "seconds": None}, {"peak_mb": 1.0}])
+def test_test_memory_prints_a_null_or_absent_time_as_a_dash(tmp_path, capsys, record) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"tests": {"t::a": record}}), encoding="utf-8")
+    assert bench_main(["test-memory", str(report)]) in (None, 0)
+    out, err = capsys.readouterr()
+    row = next(line for line in out.splitlines() if line.endswith("t::a"))
+    assert row.split() == ["1", "MB", "-", "-", "t::a"], row  # no time measured: not "0.0 s"
+    assert err == ""

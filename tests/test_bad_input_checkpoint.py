@@ -621,3 +621,47 @@ def test_load_checkpoint_names_a_malformed_sha256_field(tmp_path, digest):
     with pytest.raises(C.CheckpointError, match=r"m\.json: 'sha256' must be 64 hex digits") as err:
         C.load_checkpoint(tmp_path / "m", task="t")
     assert "corrupted" not in str(err.value)
+
+
+# -- battery 34 --------------------------------------------------------------------------------------
+
+# -- save_checkpoint_training_falsy: `training or {}` saved 0, False and '' as {} without a word ------
+@pytest.mark.parametrize("training", [0, False, "", []])
+def test_save_checkpoint_refuses_a_training_that_is_no_dict(tmp_path, training):
+    with pytest.raises(TypeError, match=rf"^training must be a dict or None, got {type(training).__name__} "):
+        C.save_checkpoint(SM, tmp_path / "m", task="t", metrics={}, command="c", training=training)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_checkpoint_records_training_none_as_an_empty_dict(tmp_path):
+    meta_path = C.save_checkpoint(SM, tmp_path / "m", task="t", metrics={}, command="c", training=None)
+    assert json.loads(meta_path.read_text())["training"] == {}
+
+
+# -- save_checkpoint_folder_path: a folder as path wrote folder.safetensors/.json beside it ----------
+@pytest.mark.parametrize("as_str", [False, True])
+def test_save_and_load_refuse_a_folder_as_path_in_the_same_words(tmp_path, as_str):
+    folder = tmp_path / "sd" / "folder"
+    folder.mkdir(parents=True)
+    C.save_checkpoint(SM, folder / "toy", task="t", metrics={}, command="c")
+    before = _files(folder)
+    given = str(folder) if as_str else folder
+    with pytest.raises(IsADirectoryError) as saved:
+        C.save_checkpoint(SM, given, task="t", metrics={}, command="c")
+    assert os.listdir(folder.parent) == ["folder"] and _files(folder) == before  # nothing beside it
+    with pytest.raises(IsADirectoryError) as loaded:
+        C.load_checkpoint(given, task="t")
+    for err, name in ((saved, "path"), (loaded, "name_or_path")):
+        message = str(err.value)
+        assert message.startswith(f"{name} must name a checkpoint, got the folder {str(folder)!r}"), message
+        assert "['toy']" in message and repr(str(folder / "toy")) in message, message
+
+
+def test_a_bare_name_is_not_refused_for_a_folder_of_that_name_in_the_working_directory(tmp_path, monkeypatch):
+    """load_checkpoint checked ./NAME for a folder, though a bare name lives in data/checkpoints/."""
+    monkeypatch.setattr(C, "CHECKPOINT_DIR", tmp_path / "store")
+    C.save_checkpoint(SM, tmp_path / "store" / "toy", task="t", metrics={}, command="c")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "toy").mkdir()
+    model, meta = C.load_checkpoint("toy", task="t")
+    assert meta["task"] == "t"

@@ -867,3 +867,15 @@ def test_train_model_names_a_nan_weight():
     tokens = torch.zeros(2, 4, dtype=torch.long)
     with pytest.raises(ValueError, match=r"model's weights \(blocks\.0\.ln_attn\.weight\) must hold finite"):
         train_model(model, lambda g: (tokens, tokens), TrainConfig(steps=1))
+
+
+# -- battery 34 --------------------------------------------------------------------------------------
+
+def test_train_out_a_bare_name_whose_checkpoint_stem_is_a_folder_is_named(tmp_path, monkeypatch):
+    """checkpoint_paths refuses a stem that is a folder (save_checkpoint_folder_path): for a bare
+    --out NAME that is data/checkpoints/NAME, which --out's own check (of ./NAME) does not see."""
+    monkeypatch.setattr(CK, "CHECKPOINT_DIR", tmp_path / "store")
+    (tmp_path / "store" / "toy").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"^--out 'toy': name_or_path must name a checkpoint, got the fold"):
+        TRN._check_out_writable("toy", "induction")

@@ -389,8 +389,10 @@ def reset_peak_rss() -> bool:
 
 def read_test_report(path: str | Path = DEFAULT_TEST_REPORT) -> dict[str, dict]:
     """The per-test records, ``{test id: {"peak_mb": ..., "start_mb": ..., "children_mb": ...,
-    "seconds": ...}}``. A file that is not such a report (not UTF-8 JSON, JSON nested too
-    deeply to read, no ``tests`` table) is a ValueError naming it."""
+    "seconds": ...}}``: ``peak_mb`` a finite number > 0, each of the others a finite number >= 0,
+    null or absent (not measured: :func:`format_test_report` prints ``-`` for it). A file that is
+    not such a report (not UTF-8 JSON, JSON nested too deeply to read, no ``tests`` table, a record
+    with any other value) is a ValueError naming it."""
     check_path(path, "path", "the per-test memory report (JSON)")
     path = Path(path)
     kind = path_kind(path)
@@ -449,7 +451,9 @@ def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
     test began: what the test itself added, where the peak also counts what earlier tests in
     the same process left behind. A peak at most 1 MB or 2 % below the start is taken (Linux's
     RSS counters are summed per CPU without a lock: the course's own reports hold peaks 0.1-0.3 MB
-    below the start) and its rise prints as 0; a peak further below is refused, naming the test."""
+    below the start) and its rise prints as 0; a peak further below is refused, naming the test.
+    ``tests`` is checked as :func:`read_test_report` checks a file: a ``start_mb`` or ``seconds``
+    that is null or absent (not measured) prints as ``-``, never as 0."""
     from ..attention.validation import check_int  # torch only when called
 
     top = check_int(top, "top", minimum=1)
@@ -463,8 +467,9 @@ def format_test_report(tests: dict[str, dict], top: int = 10) -> str:
         flag = "  OVER 2 GB" if record["peak_mb"] > BINDER_LIMIT_MB else ""
         rise = rise_of(record)
         rise_text = "-" if rise is None else f"{rise:+,.0f} MB"
-        seconds = record.get("seconds", 0.0)
-        return f"  {record['peak_mb']:>8,.0f} MB  {rise_text:>9}  {seconds:6.1f} s  {nodeid}{flag}"
+        seconds = record.get("seconds")  # null or absent: not measured, not 0 s
+        time_text = "-" if seconds is None else f"{seconds:.1f} s"
+        return f"  {record['peak_mb']:>8,.0f} MB  {rise_text:>9}  {time_text:>8}  {nodeid}{flag}"
 
     by_peak = sorted(tests.items(), key=lambda item: -(item[1].get("peak_mb") or 0.0))
     over = sum(1 for _, r in by_peak if (r.get("peak_mb") or 0.0) > BINDER_LIMIT_MB)

@@ -10,7 +10,8 @@ A checkpoint called ``induction`` is two files in ``data/checkpoints/``:
 Names and paths mean the same to :func:`save_checkpoint` and :func:`load_checkpoint`
 (both go through :func:`checkpoint_paths`): a bare name given as a ``str`` (``"toy"``)
 lives in ``data/checkpoints/``; anything with a folder in it (``"./toy"``,
-``"runs/toy"``) or given as a ``Path`` is a path, relative to the working directory.
+``"runs/toy"``) or given as a ``Path`` is a path, relative to the working directory. A path
+that is an existing folder names no checkpoint: both refuse it, naming the checkpoints in it.
 
 :func:`load_checkpoint` refuses a missing, truncated, corrupted or mismatched file with
 an error that says what it expected and what it found.
@@ -112,7 +113,12 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
     """``(weights .safetensors, metadata .json)`` for a bare ``str`` name (``"induction"``,
     in ``data/checkpoints/``), a path stem, or a path to either file. A ``Path`` is always
     taken as a path (``Path("toy")`` is ``./toy``). ``name`` is the argument the messages name
-    (a caller passing its own ``checkpoint=`` on says ``"checkpoint"``)."""
+    (a caller passing its own ``checkpoint=`` on says ``"checkpoint"``).
+
+    A stem (no ``.json`` or ``.safetensors``) that is an existing folder (``runs`` where
+    ``runs/toy`` was meant) is an IsADirectoryError naming ``name``, the folder and the
+    checkpoints in it, for a save (which would write the two files beside the folder) and a load
+    alike; so is a path ending in a slash (a ValueError), a NUL character, or no name at all."""
     name = plain_str(name, "name", "the argument's name for the messages, such as 'checkpoint'")
     if not isinstance(name_or_path, str | Path):
         raise TypeError(f"{name} must be a str or Path, got {type(name_or_path).__name__}")
@@ -127,11 +133,28 @@ def checkpoint_paths(name_or_path: str | Path, name: str = "name_or_path") -> tu
         raise ValueError(f"{name} ends in a slash, so it names a folder; give a path stem inside it, "
                          f"such as {str(name_or_path) + 'induction'!r}, got {str(name_or_path)!r}")
     path = Path(name_or_path)
-    if path.suffix in (".json", ".safetensors"):
+    stem_given = path.suffix not in (".json", ".safetensors")
+    if not stem_given:
         path = path.with_suffix("")
     if isinstance(name_or_path, str) and "/" not in name_or_path and "\\" not in name_or_path:
         path = CHECKPOINT_DIR / path  # a bare name such as "induction"; use "./x" for a local file
+    if stem_given:
+        _refuse_a_folder(path, name_or_path, name)
     return Path(f"{path}.safetensors"), Path(f"{path}.json")
+
+
+def _refuse_a_folder(stem: Path, given: str | Path, name: str) -> None:
+    """A path stem ``stem`` (``given`` as the caller wrote it) that is an existing folder is an
+    IsADirectoryError naming the argument ``name``, the folder and the checkpoints in it: a save
+    would write ``folder.safetensors`` and ``folder.json`` beside the folder, not in it, and a
+    load would look for them there, so both refuse it, in these words."""
+    if _what_is_there(stem) != "a directory":
+        return
+    inside = available_checkpoints(stem)
+    where = "" if str(stem) == str(given) else f" ({stem})"
+    raise IsADirectoryError(f"{name} must name a checkpoint, got the folder {str(given)!r}{where}; "
+                            f"checkpoints in it: {inside or 'none'} (pass one as folder/name, such as "
+                            f"{str(stem / (inside[0] if inside else 'induction'))!r})")
 
 
 def _write_new(path: Path, data: str | bytes) -> None:
@@ -284,13 +307,16 @@ def save_checkpoint(
 
     ``path`` is resolved like :func:`load_checkpoint`'s argument: a bare ``str`` name goes
     to ``data/checkpoints/``, so ``load_checkpoint(name)`` finds what ``save_checkpoint(model,
-    name)`` wrote. ``metrics`` are the scores the checkpoint must reproduce when evaluated again
+    name)`` wrote, and a ``path`` that is an existing folder is refused by both (an
+    IsADirectoryError naming ``path`` and the checkpoints in it: the files would land beside the
+    folder, not in it). ``metrics`` are the scores the checkpoint must reproduce when evaluated again
     (an empty dict is accepted and records that there is nothing to reproduce: the tests' toy
     models save so; ``python -m course_utils.model.train --out`` always passes the scores of the
     last step's evaluation, which every training run makes);
     ``command`` is the shell command that re-creates it (not empty: it is the sidecar's only
     record of how the weights were made); ``training`` holds anything else
-    worth keeping (steps, seed, seconds, device).
+    worth keeping (steps, seed, seconds, device), as a dict of plain JSON, or None for nothing
+    (recorded as ``{}``); anything else (``0``, ``False``, ``''``, a list) is a TypeError naming it.
 
     The weights are stored as float32, what :func:`load_checkpoint` builds: a float16 or bfloat16
     model is widened (exactly); a float64 one is a TypeError naming the first such tensor and
@@ -326,10 +352,13 @@ def save_checkpoint(
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
-    for name, value, kind in (("task", task, str), ("metrics", metrics, dict), ("command", command, str),
-                              ("training", training or {}, dict)):
+    for name, value, kind in (("task", task, str), ("metrics", metrics, dict), ("command", command, str)):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    if training is not None and not isinstance(training, dict):  # 0, False, '' are not "nothing to record"
+        raise TypeError(f"training must be a dict or None, got {type(training).__name__} "
+                        f"{shown_value(training, 60)}")
+    training = {} if training is None else training
     if not task.strip():
         raise ValueError(f"task must name the task the model was trained on, such as 'induction', got "
                          f"{shown_value(task)}")
@@ -349,7 +378,7 @@ def save_checkpoint(
                              f"load_checkpoint's user "
                              f"must reproduce; NaN and infinity are not JSON), got "
                              f"{type(value).__name__} {shown_value(value, 60)}")
-    _check_json_field("training", training or {})
+    _check_json_field("training", training)
     # NumPy numbers become Python ones (JSON has no np.float32); ints stay ints
     metrics = {k: int(v) if isinstance(v, numbers.Integral) else v if isinstance(v, int | float) else float(v)
                for k, v in metrics.items()}
@@ -507,7 +536,7 @@ def _previous_weights(weights_path: Path) -> Path:
     return weights_path.with_name(f".{weights_path.name}.previous")
 
 
-def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict | None, weights_name: str,
+def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dict, weights_name: str,
              weights_file: Path) -> dict:
     """The JSON sidecar's fields for the weights written to ``weights_file`` (named
     ``weights_name`` once in place)."""
@@ -517,7 +546,7 @@ def _sidecar(task: str, config: dict, metrics: dict, command: str, training: dic
         "config": config,
         "metrics": metrics,
         "command": command,
-        "training": training or {},
+        "training": training,
         "weights_file": weights_name,
         "size_bytes": weights_file.stat().st_size,
         "sha256": sha256_of(weights_file),
@@ -671,8 +700,10 @@ def load_checkpoint(
     expected and what was found: a file that exists but cannot be read as a checkpoint (not
     UTF-8, nested too deeply, a directory, a FIFO, a symlink loop) is a :class:`CheckpointError`
     naming the file and what it is; only a file that is not there at all is a
-    ``FileNotFoundError``. A load while another process saves in the same folder waits for that
-    save (or the save for it) and reads a whole pair: see :func:`save_checkpoint`, also for Windows.
+    ``FileNotFoundError``, and a ``name_or_path`` that is a folder an ``IsADirectoryError`` naming the
+    checkpoints in it (see :func:`checkpoint_paths`). A load while another process saves in the
+    same folder waits for that save (or the save for it) and reads a whole pair: see
+    :func:`save_checkpoint`, also for Windows.
     """
     if expected_config is not None and not isinstance(expected_config, ModelConfig):
         raise TypeError(f"expected_config must be a ModelConfig or None (a dict converts with "
@@ -685,13 +716,7 @@ def load_checkpoint(
     if task is not None and not task.strip():
         raise ValueError(f"task must name a task, such as 'induction', or be None, got {shown_value(task)}")
     device = pick_device(device, "device")
-    weights_path, meta_path = checkpoint_paths(name_or_path)
-    if isinstance(name_or_path, str):  # the plain str, as checkpoint_paths reads it
-        name_or_path = plain_str(name_or_path, "name_or_path")
-    if isinstance(name_or_path, str | Path) and Path(name_or_path).is_dir():
-        inside = available_checkpoints(name_or_path)
-        raise IsADirectoryError(f"name_or_path must name a checkpoint, got the folder {str(name_or_path)!r}; "
-                                f"checkpoints in it: {inside or 'none'} (pass one as folder/name)")
+    weights_path, meta_path = checkpoint_paths(name_or_path)  # a folder refused, as by save_checkpoint
     with _folder_locked(weights_path.parent, exclusive=False):  # a save in the folder waits, or is waited for
         return _load_pair(weights_path, meta_path, task, expected_config, device)
 

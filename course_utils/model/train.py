@@ -964,7 +964,7 @@ def _check_out_writable(out: str, task: str, replace_task: bool = False) -> None
         _check_save_targets(weights_path, meta_path)
         if not replace_task:
             _check_task_of_target(meta_path, task)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, IsADirectoryError) as err:  # a bare name's data/checkpoints/NAME folder
         raise ValueError(f"--out {shown(out)}: {err}") from None
     folder = weights_path.parent
     made = [p for p in (folder, *folder.parents) if not p.exists()]
