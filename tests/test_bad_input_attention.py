@@ -480,6 +480,47 @@ def test_to_batched_does_not_drop_one_heads_bias():
         _naive_with_mixed_biases(False).to_batched()
 
 
+# -- NaiveMultiHeadAttention.forward after its heads were changed: the check to_batched has --------
+def _naive_changed(change):
+    naive = NaiveMultiHeadAttention(8, 2)
+    change(naive)
+    return naive
+
+
+def _replace_w_v(naive):
+    naive.heads[1].w_v = nn.Linear(8, 3)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (lambda n: n.heads.append(AttentionHead(8, 4)), ValueError,
+     ["heads", "num_heads=2", "got 3", "deleted or added after construction"]),
+    (lambda n: n.heads.__delitem__(1), ValueError, ["heads", "num_heads=2", "got 1", "deleted or added"]),
+    (lambda n: setattr(n, "heads", nn.ModuleList([AttentionHead(8, 4)])), ValueError,
+     ["heads", "num_heads=2", "got 1"]),
+    (lambda n: n.heads.__setitem__(0, AttentionHead(8, 5)), ValueError,
+     ["heads[0].w_q", "shape (4, 8)", "got shape (5, 8)", "forward reads it"]),
+    (_replace_w_v, ValueError, ["heads[1].w_v", "nn.Linear(8, 4)", "got shape (3, 8)"]),
+    (lambda n: n.heads.__setitem__(1, nn.Linear(8, 4)), TypeError,
+     ["heads[1]", "AttentionHead(8, 4)", "Linear"]),
+    (lambda n: setattr(n, "out_proj", nn.Linear(12, 8)), ValueError, ["out_proj", "shape (8, 8)", "(8, 12)"]),
+], ids=["head appended", "head deleted", "heads replaced", "narrow head", "w_v replaced", "head not a head",
+       "out_proj"])
+def test_naive_forward_names_heads_changed_since_construction(change, error, words):
+    """forward reads the heads as to_batched copies them: a change is named before the maths, not
+    met as torch's "mat1 and mat2 shapes cannot be multiplied" (and to_batched says the same)."""
+    naive = _naive_changed(change)
+    message = raises_naming(error, words, lambda: naive(torch.randn(1, 3, 8)))
+    assert "mat1" not in message
+    raises_naming(error, words[:2], naive.to_batched)
+
+
+def test_naive_forward_with_heads_as_built_still_matches_to_batched():
+    torch.manual_seed(0)
+    naive, x = NaiveMultiHeadAttention(8, 2).eval(), torch.randn(2, 3, 8)
+    out, _ = naive.to_batched().eval()(x)
+    torch.testing.assert_close(naive(x), out)
+
+
 # -- 2. a query whose every score is NaN: what each path gives, and what the docstrings say ------
 @pytest.mark.parametrize("num_keys", [3, 40])
 def test_every_key_nan_gives_nan_on_the_step_by_step_path_and_as_documented_on_the_fast_one(num_keys):

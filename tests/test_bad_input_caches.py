@@ -120,6 +120,12 @@ CASES = [
         ["k_new", "torch.float64", "torch.float32"],
     ),
     Case(
+        "cat dtype differs across layers",  # the first step: layer 0 float32, layer 1 float64
+        lambda: _appended(CatCache(2), 0).append(1, ONE.double(), ONE.double()),
+        TypeError,
+        ["k_new", "torch.float64", "torch.float32"],
+    ),
+    Case(
         "preallocated float16 append",
         lambda: PreallocatedCache(1, 1, 2, 4, 8, dtype=torch.float16).append(0, ONE, ONE),
         TypeError,

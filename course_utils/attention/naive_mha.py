@@ -31,6 +31,7 @@ from .validation import (
     check_flag,
     check_head_dims,
     check_int,
+    check_linear_layer,
     check_linear_weights_fit,
     check_matches_module,
     check_same_dtype_and_device,
@@ -71,7 +72,12 @@ class AttentionHead(nn.Module):
 
 class NaiveMultiHeadAttention(nn.Module):
     """Self-attention with ``num_heads`` independent :class:`AttentionHead` s in an
-    ``nn.ModuleList``, concatenated in order 0..h-1, then ``out_proj`` (W_O)."""
+    ``nn.ModuleList``, concatenated in order 0..h-1, then ``out_proj`` (W_O).
+
+    ``heads`` and ``out_proj`` are plain attributes a student may change; calling the module
+    (``module(x)``, which runs :meth:`forward`) and :meth:`to_batched` check them first (see
+    :meth:`_check_heads`): a head deleted, appended or replaced since construction is a
+    ValueError or TypeError naming it, not a size mismatch inside torch."""
 
     def __init__(self, d_model: int, num_heads: int, *, bias: bool = True) -> None:
         super().__init__()
@@ -90,18 +96,44 @@ class NaiveMultiHeadAttention(nn.Module):
         concat = torch.cat(head_outputs, dim=-1)  # (B, T, d): head 0 in columns 0..dk-1
         return self.out_proj(concat)  # (B, T, d)
 
-    def _check_heads(self) -> None:
-        """``heads`` still holds ``num_heads`` heads of width ``d_k`` (one deleted or appended
-        after construction would meet W_O as a size mismatch deep inside torch)."""
+    def __call__(self, *args, **kwargs):
+        """``module(x, mask)``: the heads are checked (:meth:`_check_setup`), then nn.Module's call
+        runs :meth:`forward`. The check sits here, apart from the maths, so that :meth:`forward`
+        reads as the formula (lesson 4 prints its code); a head deleted, appended or replaced
+        since construction is named, not met as torch's "mat1 and mat2 shapes cannot be
+        multiplied" at W_O."""
+        self._check_setup()
+        return super().__call__(*args, **kwargs)
+
+    def _check_setup(self) -> None:
+        """The forward pass's check of the heads: a few attribute reads, and :meth:`_check_heads`'s
+        messages only when something differs from what the constructor built."""
+        shape, d = (self.d_k, self.d_model), self.d_model
+        if not (len(self.heads) == self.num_heads and isinstance(self.out_proj, nn.Linear)
+                and self.out_proj.weight.shape == (d, d)
+                and all(isinstance(head, AttentionHead) and all(
+                    isinstance(layer, nn.Linear) and layer.weight.shape == shape
+                    for layer in (head.w_q, head.w_k, head.w_v)) for head in self.heads)):
+            self._check_heads("forward")
+
+    def _check_heads(self, caller: str) -> None:
+        """What ``caller`` (``"forward"`` or ``"to_batched"``) reads is what the constructor built:
+        ``heads`` holds ``num_heads`` :class:`AttentionHead` s whose ``w_q``, ``w_k`` and ``w_v`` are
+        ``nn.Linear(d_model, d_k)``, and ``out_proj`` is an ``nn.Linear(d_model, d_model)``. A head
+        deleted, appended or replaced after construction would meet W_O as a size mismatch deep
+        inside torch; here it is a ValueError (TypeError for a module of another kind) naming it."""
+        why = f"{caller} {'reads' if caller == 'forward' else 'copies'} it"
         if len(self.heads) != self.num_heads:
             raise ValueError(f"heads must hold num_heads={self.num_heads} heads (W_O reads "
                              f"{self.num_heads} x d_k={self.d_k} columns), got {len(self.heads)}: was a "
                              f"head deleted or added after construction?")
         for i, head in enumerate(self.heads):
-            if tuple(head.w_q.weight.shape) != (self.d_k, self.d_model):
-                raise ValueError(f"heads[{i}] must project d_model={self.d_model} to d_k={self.d_k}, got "
-                                 f"W_Q of shape {tuple(head.w_q.weight.shape)}")
-        self._check_biases()
+            if not isinstance(head, AttentionHead):
+                raise TypeError(f"heads[{i}] must be an AttentionHead({self.d_model}, {self.d_k}) ({why}), "
+                                f"got {type(head).__name__}: was it replaced after construction?")
+            for name in ("w_q", "w_k", "w_v"):
+                check_linear_layer(getattr(head, name), f"heads[{i}].{name}", self.d_model, self.d_k, why=why)
+        check_linear_layer(self.out_proj, "out_proj", self.d_model, self.d_model, why=why)
 
     def _check_biases(self) -> None:
         """Every projection has a bias, or none has (:class:`MultiHeadAttention` has one ``bias``
@@ -117,8 +149,11 @@ class NaiveMultiHeadAttention(nn.Module):
                              f"bias flag): {_listed(with_bias)} have a bias, {_listed(without)} do not")
 
     def to_batched(self) -> MultiHeadAttention:
-        """A :class:`MultiHeadAttention` holding a *copy* of these weights, stacked."""
-        self._check_heads()
+        """A :class:`MultiHeadAttention` holding a *copy* of these weights, stacked. The heads are
+        checked first (:meth:`_check_heads`, :meth:`_check_biases`): one changed since
+        construction is named, not copied."""
+        self._check_heads("to_batched")
+        self._check_biases()
         bias = self.out_proj.bias is not None
         batched = MultiHeadAttention(self.d_model, self.num_heads, bias=bias)
         batched = batched.to(device=self.out_proj.weight.device, dtype=self.out_proj.weight.dtype)

@@ -183,8 +183,10 @@ class _StepOrder:
 class CatCache(_StepOrder):
     """The ``torch.cat`` append: each call returns new tensors holding every cached token.
 
-    The keys and values take the dtype of the first ones appended; every step appends layers
-    ``0..num_layers-1`` once each, in order (see :class:`_StepOrder`)."""
+    The keys and values take the dtype and device of the first ones appended, to any layer:
+    later keys and values of another dtype (for this layer or another) are a TypeError, of
+    another device a ValueError. Every step appends layers ``0..num_layers-1`` once each, in
+    order (see :class:`_StepOrder`)."""
 
     def __init__(self, num_layers: int, *, window: int | None = None) -> None:
         num_layers = check_int(num_layers, "num_layers", minimum=1)
@@ -209,6 +211,11 @@ class CatCache(_StepOrder):
         """Where the first keys appended live (every later append must be there too)."""
         return next((pair[0].device for pair in self.layers if pair is not None), None)
 
+    def _dtype(self) -> torch.dtype | None:
+        """The dtype of the first keys appended, to any layer (every later append must have it:
+        one cache, one dtype, as the preallocated caches); None while the cache is empty."""
+        return next((pair[0].dtype for pair in self.layers if pair is not None), None)
+
     def _state(self) -> tuple:
         return (*super()._state(), list(self.layers))  # the tensors are replaced, not written into
 
@@ -224,14 +231,16 @@ class CatCache(_StepOrder):
         return None
 
     def append(self, layer: int, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
-        """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads."""
+        """Add ``(B, g, T_new, dk)`` keys and values to ``layer``; return what attention reads.
+        Keys and values of another ``(B, g, dk)``, dtype or device than those already in the cache
+        (in any layer) are refused before anything is stored."""
         layer = _check_new(k_new, v_new, layer, self.num_layers, self._like(), self._device())
+        if (dtype := self._dtype()) is not None:
+            _check_dtype(k_new, dtype, "a CatCache keeps the dtype of the first keys appended (to any "
+                                       "layer): start a new cache, or")
         self._check_order(layer, k_new.shape[2])
         k_new, v_new = k_new.detach(), v_new.detach()  # numbers, not a graph (see _StepOrder)
         past = self.layers[layer]
-        if past is not None and past[0].dtype != k_new.dtype:
-            raise TypeError(f"k_new has dtype {k_new.dtype} but the cache holds {past[0].dtype}: "
-                            f"convert with k_new.to({past[0].dtype})")
         k, v = (k_new, v_new) if past is None else (torch.cat([past[0], k_new], 2),
                                                     torch.cat([past[1], v_new], 2))
         if self.window is not None:
@@ -798,7 +807,7 @@ def _check_decode(model: object, tokens: object, cache: object, name: str) -> No
     weight = model.token_embedding.weight
     stored = {PreallocatedCache: lambda c: c.k[0].dtype, SlidingWindowCache: lambda c: c._ring.k[0].dtype,
               QuantizedCache: lambda c: torch.float32,
-              CatCache: lambda c: next((p[0].dtype for p in c.layers if p is not None), weight.dtype)}
+              CatCache: lambda c: c._dtype() or weight.dtype}
     dtype = stored[type(cache)](cache)
     if dtype != weight.dtype:
         raise TypeError(f"cache holds {dtype} keys and values but the model's parameters are {weight.dtype}: "
