@@ -1401,3 +1401,26 @@ def test_pruning_curve_counts_beyond_order_say_how_many_heads_order_lists(order,
     with pytest.raises(ValueError, match=rf"^counts must be ints in {wanted}, got \[0, 2\]"):
         ablation.pruning_curve(model, _evaluation(), order, counts=[0, 2])
     assert list(ablation.pruning_curve(model, _evaluation(), order)["pruned"]) == list(range(len(order) + 1))
+
+
+# -- battery 34 (g3) ---------------------------------------------------------------------------------
+
+# -- patching_dla_edit_heads_none: an edit_heads that returned None died on the function's own
+# recording hook ("'NoneType' object has no attribute 'detach'"); model(tokens, edit_heads=...) names it
+@pytest.mark.parametrize("edit, error, words", [
+    (lambda layer, heads: None, TypeError, ["edit_heads must return heads of the shape (2, 2, 5, 8)",
+                                            "got NoneType", "forget to return the heads?"]),
+    (lambda layer, heads: heads[:, :1], ValueError, ["edit_heads must return", "got shape (2, 1, 5, 8)"]),
+    (lambda layer, heads: heads.double(), TypeError, ["edit_heads must return", "got dtype torch.float64"]),
+], ids=["None", "one head", "float64"])
+def test_direct_logit_attribution_checks_what_edit_heads_returns(edit, error, words):
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(1))
+    positions = torch.tensor([4, 4])
+    directions = torch.randn(2, 16, generator=torch.Generator().manual_seed(2))
+    raises_naming(error, words, lambda: direct_logit_attribution(model, tokens, positions, directions,
+                                                                 edit_heads=edit))
+    raises_naming(error, words, lambda: model(tokens, edit_heads=edit))  # the same words as the model's
+    zeroed = direct_logit_attribution(model, tokens, positions, directions,
+                                      edit_heads=lambda layer, heads: heads * 0)
+    assert float(zeroed[[c for c in zeroed.columns if c.startswith("L") and "H" in c]].abs().max().max()) == 0

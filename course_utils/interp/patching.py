@@ -52,6 +52,7 @@ from torch import Tensor
 from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
+    check_edited_heads,
     check_finite,
     check_fits_in_memory,
     check_holds_values,
@@ -566,7 +567,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
 
     Returns a DataFrame, one row per sequence, columns ``embeddings``, ``L{l}H{h}``,
     ``L{l} attn bias``, ``L{l} mlp``, ``final bias`` and ``total`` (the model's own value).
-    ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run).
+    ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run);
+    ``edit_heads`` must return heads of the shape, dtype and device it got, as ``model(tokens,
+    edit_heads=...)`` requires (anything else, None too, is the model's TypeError or ValueError
+    naming ``edit_heads``).
     ``frozen_scale`` ``(B,)``, when given, is the scale ``s`` every term is read at instead of
     this run's (e.g. the intact run's, from :func:`final_scale`, so that an ablated run's terms
     are on the intact run's scale); the columns then add up to ``total`` less the change
@@ -610,8 +614,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     heads_seen: list[Tensor] = []
 
     def record_heads(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
-        if edit_heads is not None:
-            heads = edit_heads(layer, heads)
+        if edit_heads is not None:  # the model's own check of what it returned, before it is recorded
+            heads = check_edited_heads(edit_heads(layer, heads), heads)
         heads_seen.append(heads.detach())
         return heads
 
