@@ -1424,3 +1424,36 @@ def test_direct_logit_attribution_checks_what_edit_heads_returns(edit, error, wo
     zeroed = direct_logit_attribution(model, tokens, positions, directions,
                                       edit_heads=lambda layer, heads: heads * 0)
     assert float(zeroed[[c for c in zeroed.columns if c.startswith("L") and "H" in c]].abs().max().max()) == 0
+
+
+# -- ablated_logits_streams_other_tokens: streams=block_inputs(model, other_tokens) gave the logits of a
+# run entering layer 1 with the other tokens' stream (off by up to 0.23), without a word. streams[0] is
+# compared with the tokens' embedding, as path_patched_logits compares its outputs (one helper)
+def test_ablated_logits_refuses_the_streams_of_other_tokens():
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(1))
+    other = (tokens + 1) % 16
+    raises_naming(ValueError, ["streams must be block_inputs(model, tokens) of these tokens", "streams[0]",
+                               "differs from this run's by up to", "other tokens"],
+                  lambda: ablation.ablated_logits(model, tokens, [(1, 0)],
+                                                  streams=ablation.block_inputs(model, other)))
+    own = ablation.block_inputs(model, tokens)
+    for heads in ([(1, 0)], [(0, 1)], []):
+        torch.testing.assert_close(ablation.ablated_logits(model, tokens, heads, streams=own),
+                                   ablation.ablated_logits(model, tokens, heads))
+    doubled = [s.double() for s in own]
+    raises_naming(TypeError, ["streams[0]", "torch.float64", "torch.float32"],
+                  lambda: ablation.ablated_logits(model, tokens, [(1, 0)], streams=doubled))
+
+
+def test_path_patched_logits_still_refuses_the_outputs_of_other_tokens():
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(1))
+    other = (tokens + 1) % 16
+    source = head_outputs(model, other)
+    raises_naming(ValueError, ["outputs must be head_outputs(model, tokens) of these tokens", "sender L0H1",
+                               "(head outputs of other tokens?); leave outputs out to compute them"],
+                  lambda: path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)], outputs=source))
+    torch.testing.assert_close(
+        path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)], outputs=head_outputs(model, tokens)),
+        path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)]))

@@ -76,6 +76,7 @@ from .ablation import (
     _check_method,
     _check_model,
     _check_numbers,
+    _check_of_this_run,
     _check_scores,
     _check_targets_like,
     _check_tokens,
@@ -170,17 +171,13 @@ def _check_head_output_values(outputs: Tensor, name: str, of: str, model: TinyTr
 
 def _check_outputs_of_this_run(outputs: Tensor, cache: dict[str, Tensor], senders: Sequence[Head]) -> None:
     """``outputs`` (``head_outputs(model, tokens)``, given to save a run) agrees with this run's
-    own outputs of the senders (``cache``: their layers' ``attn.hook_z``, ``(B, h, T, dk)``) to
-    within the square root of the dtype's resolution, relative to their size (a different CPU
-    path moves last bits, not this much); outputs of other tokens are refused."""
+    own outputs of the senders (``cache``: their layers' ``attn.hook_z``, ``(B, h, T, dk)``) up to
+    float rounding (:func:`_check_of_this_run`); outputs of other tokens are refused."""
     for layer, head in senders:
-        ours = cache[f"blocks.{layer}.attn.hook_z"][:, head]
-        gap = float((outputs[layer, :, head] - ours).abs().max())
-        scale = max(1.0, float(ours.abs().max()))
-        if not gap <= torch.finfo(ours.dtype).eps ** 0.5 * scale:
-            raise ValueError(f"outputs must be head_outputs(model, tokens) of these tokens: sender "
-                             f"{head_name(layer, head)}'s output in it differs from this run's by up to "
-                             f"{gap:.3g} (head outputs of other tokens?); leave outputs out to compute them")
+        _check_of_this_run(outputs[layer, :, head], cache[f"blocks.{layer}.attn.hook_z"][:, head],
+                           "outputs must be head_outputs(model, tokens)",
+                           f"sender {head_name(layer, head)}'s output in it", "head outputs of other tokens?",
+                           "leave outputs out to compute them")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
