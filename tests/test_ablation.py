@@ -298,7 +298,9 @@ def test_one_gate_for_the_whole_batch_is_named_as_the_absolute_of_the_average():
 @pytest.mark.parametrize("method", ["zero", "mean"])
 def test_ablated_logits_from_the_intact_streams_match_the_full_run(heads, method):
     """Entered at the lowest layer the heads touch from block_inputs' streams: the full run's
-    logits; a stream the run does not read (below that layer) changes nothing, one it reads does."""
+    logits; a stream the run does not read (below that layer) changes nothing, one it reads does.
+    The first stream, the embedding, is checked against the tokens' own: a changed one is refused
+    (the streams of other tokens gave wrong logits silently)."""
     model = tiny_model()
     tokens, _ = tokens_and_targets()
     means = mean_head_outputs(model, tokens) if method == "mean" else None
@@ -311,8 +313,12 @@ def test_ablated_logits_from_the_intact_streams_match_the_full_run(heads, method
     torch.testing.assert_close(run(streams), full)
     first = min((layer for layer, _ in heads), default=2)
     shift = torch.linspace(-1.0, 1.0, 12, dtype=torch.float64)  # not constant: LayerNorm would remove that
-    torch.testing.assert_close(run([x + shift if i < first else x for i, x in enumerate(streams)]), full)
-    assert not torch.allclose(run([x + shift if i == first else x for i, x in enumerate(streams)]), full)
+    torch.testing.assert_close(run([x + shift if 0 < i < first else x for i, x in enumerate(streams)]), full)
+    with pytest.raises(ValueError, match=r"^streams must be block_inputs\(model, tokens\) of these tokens: "
+                                         r"streams\[0\]"):
+        run([x + shift if i == 0 else x for i, x in enumerate(streams)])
+    if first > 0:
+        assert not torch.allclose(run([x + shift if i == first else x for i, x in enumerate(streams)]), full)
 
 
 @pytest.mark.parametrize("streams, error, message", [

@@ -1401,3 +1401,59 @@ def test_pruning_curve_counts_beyond_order_say_how_many_heads_order_lists(order,
     with pytest.raises(ValueError, match=rf"^counts must be ints in {wanted}, got \[0, 2\]"):
         ablation.pruning_curve(model, _evaluation(), order, counts=[0, 2])
     assert list(ablation.pruning_curve(model, _evaluation(), order)["pruned"]) == list(range(len(order) + 1))
+
+
+# -- battery 34 (g3) ---------------------------------------------------------------------------------
+
+# -- patching_dla_edit_heads_none: an edit_heads that returned None died on the function's own
+# recording hook ("'NoneType' object has no attribute 'detach'"); model(tokens, edit_heads=...) names it
+@pytest.mark.parametrize("edit, error, words", [
+    (lambda layer, heads: None, TypeError, ["edit_heads must return heads of the shape (2, 2, 5, 8)",
+                                            "got NoneType", "forget to return the heads?"]),
+    (lambda layer, heads: heads[:, :1], ValueError, ["edit_heads must return", "got shape (2, 1, 5, 8)"]),
+    (lambda layer, heads: heads.double(), TypeError, ["edit_heads must return", "got dtype torch.float64"]),
+], ids=["None", "one head", "float64"])
+def test_direct_logit_attribution_checks_what_edit_heads_returns(edit, error, words):
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(1))
+    positions = torch.tensor([4, 4])
+    directions = torch.randn(2, 16, generator=torch.Generator().manual_seed(2))
+    raises_naming(error, words, lambda: direct_logit_attribution(model, tokens, positions, directions,
+                                                                 edit_heads=edit))
+    raises_naming(error, words, lambda: model(tokens, edit_heads=edit))  # the same words as the model's
+    zeroed = direct_logit_attribution(model, tokens, positions, directions,
+                                      edit_heads=lambda layer, heads: heads * 0)
+    assert float(zeroed[[c for c in zeroed.columns if c.startswith("L") and "H" in c]].abs().max().max()) == 0
+
+
+# -- ablated_logits_streams_other_tokens: streams=block_inputs(model, other_tokens) gave the logits of a
+# run entering layer 1 with the other tokens' stream (off by up to 0.23), without a word. streams[0] is
+# compared with the tokens' embedding, as path_patched_logits compares its outputs (one helper)
+def test_ablated_logits_refuses_the_streams_of_other_tokens():
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(1))
+    other = (tokens + 1) % 16
+    raises_naming(ValueError, ["streams must be block_inputs(model, tokens) of these tokens", "streams[0]",
+                               "differs from this run's by up to", "other tokens"],
+                  lambda: ablation.ablated_logits(model, tokens, [(1, 0)],
+                                                  streams=ablation.block_inputs(model, other)))
+    own = ablation.block_inputs(model, tokens)
+    for heads in ([(1, 0)], [(0, 1)], []):
+        torch.testing.assert_close(ablation.ablated_logits(model, tokens, heads, streams=own),
+                                   ablation.ablated_logits(model, tokens, heads))
+    doubled = [s.double() for s in own]
+    raises_naming(TypeError, ["streams[0]", "torch.float64", "torch.float32"],
+                  lambda: ablation.ablated_logits(model, tokens, [(1, 0)], streams=doubled))
+
+
+def test_path_patched_logits_still_refuses_the_outputs_of_other_tokens():
+    model = tiny_model()
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(1))
+    other = (tokens + 1) % 16
+    source = head_outputs(model, other)
+    raises_naming(ValueError, ["outputs must be head_outputs(model, tokens) of these tokens", "sender L0H1",
+                               "(head outputs of other tokens?); leave outputs out to compute them"],
+                  lambda: path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)], outputs=source))
+    torch.testing.assert_close(
+        path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)], outputs=head_outputs(model, tokens)),
+        path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)]))

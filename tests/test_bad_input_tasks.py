@@ -1848,3 +1848,44 @@ def test_accuracy_table_and_curves_refuse_runs_of_two_widths(lookup):
                                              r"d_model 16 in results\[0\] and 32 in results\[1\]"):
             call(runs)
     assert list(tr.accuracy_table(runs[:1]).columns) == ["1 head (dk=16)"]
+
+
+# -- battery 34 (g3): a finite but huge number of the worked example overflowed a step ---------------
+# X.values[0][0] = 1e200 died on compute_steps' internal "scores and weights disagree" assertion, and
+# W_O.values[0][0] = 1e308 was blamed on the computed table 'Final'. The file's numbers are now
+# bounded (LARGEST_VALUE) where they are read, naming the input table and cell.
+@pytest.mark.parametrize("path, cell, value", [
+    (("X",), (0, 0), 1e200), (("W_O",), (0, 0), 1e308), (("W_O",), (4, 5), -1e60),
+    (("heads", 1, "W_K"), (2, 1), 1e100), (("article_printed", "Q2"), (1, 0), 10**60),
+], ids=["X", "W_O", "W_O negative", "W_K^2", "article Q2 (an int)"])
+def test_worked_example_refuses_a_number_whose_products_overflow(path, cell, value) -> None:
+    data = json.loads(we.WORKED_EXAMPLE_PATH.read_text(encoding="utf-8"))
+    table = data
+    for key in path:
+        table = table[key]
+    table["values"][cell[0]][cell[1]] = value
+    name = {"X": "X", "W_O": "W_O", "W_K": "W_K^2", "Q2": "article Q2"}[path[-1]]
+    raises_naming(we.WorkedExampleError, [f"{name}.values[{cell[0]}][{cell[1]}]", "at most 1e+50",
+                                          f"{float(value):g}", "too large"],
+                  lambda: we.parse_worked_example(data))
+
+
+def test_worked_example_number_just_below_the_bound_still_computes() -> None:
+    data = json.loads(we.WORKED_EXAMPLE_PATH.read_text(encoding="utf-8"))
+    data["X"]["values"][0][0] = we.LARGEST_VALUE
+    data["W_O"]["values"][0][0] = -we.LARGEST_VALUE
+    example = we.parse_worked_example(data)
+    steps = we.compute_steps(example)  # every step finite: Table refuses anything else
+    assert abs(steps["Final"].values[0, 0]) > 1e50
+    assert len(we.compare_with_article(example)) > 0
+
+
+@pytest.mark.parametrize("call", [we.compute_steps, we.recompute_from_article, we.compare_with_article,
+                                  lambda example: we.side_by_side(example, "Final")])
+def test_a_worked_example_built_with_a_huge_number_is_named(call) -> None:
+    example = we.load_worked_example()
+    values = example.w_o.values.copy()
+    values[1, 2] = -1e308
+    built = replace(example, w_o=we.Table("W_O", values, example.w_o.rows, example.w_o.cols))
+    raises_naming(we.WorkedExampleError, ["example.w_o.values", "at most 1e+50", "-1e+308", "(1, 2)",
+                                          "too large"], lambda: call(built))

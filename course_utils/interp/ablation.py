@@ -39,6 +39,7 @@ from ..attention.validation import (
     check_int,
     check_names_free,
     check_not_inference,
+    check_stream,
     check_tensor,
     check_tensor_list,
     describe_shape,
@@ -363,7 +364,9 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
 
     ``streams``: the intact run's input to every block on ``tokens`` (:func:`block_inputs`),
     for several runs on one batch: each run then enters at the lowest layer ``heads`` touch,
-    since below it nothing changes. The same logits (the same sums), less compute.
+    since below it nothing changes. The same logits (the same sums), less compute. Streams of
+    another shape, dtype or device are refused, and so are those of other tokens (a ValueError
+    naming ``streams``: their first, the embedding, is compared with ``tokens``' own).
     """
     _check_model(model)
     _check_tokens(tokens, "tokens", model)
@@ -384,7 +387,9 @@ def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head]
 
 def _check_streams(streams: object, model: TinyTransformer, tokens: Tensor) -> list[Tensor]:
     """``streams`` as :func:`block_inputs` gives them for ``tokens`` ``(B, T)``: ``L + 1``
-    tensors ``(B, T, d_model)``."""
+    tensors ``(B, T, d_model)`` of the model's dtype and device, the first of them ``tokens``'
+    embedding (:func:`_check_of_this_run`): the streams of other tokens, of the same shape, were
+    used silently, and the logits were those of a run entering its first changed layer with them."""
     streams = check_tensor_list(streams, "streams")
     cfg = model.config
     expected = (*tokens.shape, cfg.d_model)
@@ -392,7 +397,28 @@ def _check_streams(streams: object, model: TinyTransformer, tokens: Tensor) -> l
         raise ValueError(f"streams must be block_inputs(model, tokens): {cfg.num_layers + 1} tensors "
                          f"{expected} (B, T, d_model), the input to each block and the final stream, got "
                          f"{len(streams)} of shapes {[tuple(x.shape) for x in streams][:4]}")
+    weight = model.token_embedding.weight
+    for i, stream in enumerate(streams):
+        check_stream(stream, f"streams[{i}]", d_model=cfg.d_model, weight=weight)  # the model's dtype, device
+    with torch.no_grad():
+        embedding = model.embed(tokens)  # (B, T, d): what block_inputs(model, tokens)[0] is
+    _check_of_this_run(streams[0], embedding, "streams must be block_inputs(model, tokens)",
+                       "streams[0], the stream entering block 0,", "the streams of other tokens?",
+                       "leave streams out to run from the tokens")
     return streams
+
+
+def _check_of_this_run(given: Tensor, ours: Tensor, must: str, part: str, hint: str, fix: str) -> None:
+    """``given``, a part (``part``) of what the caller passed in to save a run (``must`` says what:
+    ``"streams must be block_inputs(model, tokens)"``), agrees with ``ours``, the same part as
+    this run computes it, to within the square root of the dtype's resolution relative to their
+    size: a different CPU path moves last bits, not this much. Else a ValueError: ``{must} of these
+    tokens``, how far ``part`` is off, ``hint`` (what it may be instead) and ``fix``."""
+    gap = float((given - ours).abs().max())
+    scale = max(1.0, float(ours.abs().max()))
+    if not gap <= torch.finfo(ours.dtype).eps ** 0.5 * scale:
+        raise ValueError(f"{must} of these tokens: {part} differs from this run's by up to {gap:.3g} "
+                         f"({hint}); {fix}")
 
 
 def _switched_off(model: TinyTransformer, heads: list[Head], method: str, means: Tensor | None,

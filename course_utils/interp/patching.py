@@ -52,6 +52,7 @@ from torch import Tensor
 from ..attention.hooks import HookFn
 from ..attention.validation import (
     check_callable,
+    check_edited_heads,
     check_finite,
     check_fits_in_memory,
     check_holds_values,
@@ -75,6 +76,7 @@ from .ablation import (
     _check_method,
     _check_model,
     _check_numbers,
+    _check_of_this_run,
     _check_scores,
     _check_targets_like,
     _check_tokens,
@@ -169,17 +171,13 @@ def _check_head_output_values(outputs: Tensor, name: str, of: str, model: TinyTr
 
 def _check_outputs_of_this_run(outputs: Tensor, cache: dict[str, Tensor], senders: Sequence[Head]) -> None:
     """``outputs`` (``head_outputs(model, tokens)``, given to save a run) agrees with this run's
-    own outputs of the senders (``cache``: their layers' ``attn.hook_z``, ``(B, h, T, dk)``) to
-    within the square root of the dtype's resolution, relative to their size (a different CPU
-    path moves last bits, not this much); outputs of other tokens are refused."""
+    own outputs of the senders (``cache``: their layers' ``attn.hook_z``, ``(B, h, T, dk)``) up to
+    float rounding (:func:`_check_of_this_run`); outputs of other tokens are refused."""
     for layer, head in senders:
-        ours = cache[f"blocks.{layer}.attn.hook_z"][:, head]
-        gap = float((outputs[layer, :, head] - ours).abs().max())
-        scale = max(1.0, float(ours.abs().max()))
-        if not gap <= torch.finfo(ours.dtype).eps ** 0.5 * scale:
-            raise ValueError(f"outputs must be head_outputs(model, tokens) of these tokens: sender "
-                             f"{head_name(layer, head)}'s output in it differs from this run's by up to "
-                             f"{gap:.3g} (head outputs of other tokens?); leave outputs out to compute them")
+        _check_of_this_run(outputs[layer, :, head], cache[f"blocks.{layer}.attn.hook_z"][:, head],
+                           "outputs must be head_outputs(model, tokens)",
+                           f"sender {head_name(layer, head)}'s output in it", "head outputs of other tokens?",
+                           "leave outputs out to compute them")
 
 
 def _by_layer(heads: Sequence[Head]) -> dict[int, list[int]]:
@@ -566,7 +564,10 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
 
     Returns a DataFrame, one row per sequence, columns ``embeddings``, ``L{l}H{h}``,
     ``L{l} attn bias``, ``L{l} mlp``, ``final bias`` and ``total`` (the model's own value).
-    ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run).
+    ``head_mask`` / ``edit_heads`` are passed to the forward pass (to attribute an ablated run);
+    ``edit_heads`` must return heads of the shape, dtype and device it got, as ``model(tokens,
+    edit_heads=...)`` requires (anything else, None too, is the model's TypeError or ValueError
+    naming ``edit_heads``).
     ``frozen_scale`` ``(B,)``, when given, is the scale ``s`` every term is read at instead of
     this run's (e.g. the intact run's, from :func:`final_scale`, so that an ablated run's terms
     are on the intact run's scale); the columns then add up to ``total`` less the change
@@ -610,8 +611,8 @@ def direct_logit_attribution(model: TinyTransformer, tokens: Tensor, positions: 
     heads_seen: list[Tensor] = []
 
     def record_heads(layer: int, heads: Tensor) -> Tensor:  # heads: (B, h, T, dk)
-        if edit_heads is not None:
-            heads = edit_heads(layer, heads)
+        if edit_heads is not None:  # the model's own check of what it returned, before it is recorded
+            heads = check_edited_heads(edit_heads(layer, heads), heads)
         heads_seen.append(heads.detach())
         return heads
 

@@ -3,7 +3,8 @@
 The article prints its inputs (``X`` 3x6, two heads' ``W_Q``, ``W_K``, ``W_V``, and ``W_O``
 5x6) and its results rounded to 3 decimals. This module
 
-* loads ``data/worked_example_004.json`` and checks every shape and label, raising
+* loads ``data/worked_example_004.json`` and checks every shape, label and number (finite,
+  at most :data:`LARGEST_VALUE` in size, so that no step overflows), raising
   :class:`WorkedExampleError` (a ``ValueError``) that names what was expected and what
   arrived;
 * recomputes every step with the course's own :func:`scaled_dot_product_attention`, in
@@ -52,6 +53,7 @@ __all__ = [
     "ROUNDING",
     "INHERITED_TOL",
     "VERDICTS",
+    "LARGEST_VALUE",
     "output_rounding_budget",
     "STEP_INPUTS",
     "DOCUMENTED_SLIPS",
@@ -84,6 +86,15 @@ ROUNDING = 0.0005
 INHERITED_TOL = 0.0015
 #: The three verdicts of :func:`compare_with_article`, in the order the lesson lists them.
 VERDICTS = ("rounding", "inherited", "slip")
+
+#: The largest size (absolute value) a number of a worked example may have. The scores
+#: ``(X W_Q)(X W_K)^T`` multiply four of its numbers and add ``d_model^2 d_k`` such products (the
+#: article's way rounds products of two). Four numbers of 1e50 multiply to 1e200, far below
+#: float64's limit (1.8e308) at any size of table; much larger ones overflow a score or an output
+#: to infinity, and the error would then name a computed table, not the input.
+LARGEST_VALUE = 1e50
+_TOO_LARGE = ("too large (the steps multiply up to four of the example's numbers, which could overflow "
+              "float64)")
 
 #: Which printed tables each printed table is computed from (in this article).
 STEP_INPUTS: dict[str, tuple[str, ...]] = {
@@ -299,6 +310,19 @@ def _check_all_finite(x: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} must hold finite numbers, got {np.atleast_1d(x)[bad]}{where}")
 
 
+def _check_not_too_large(x: np.ndarray, name: str) -> None:
+    """Every entry of the numeric array ``x`` (any shape, a 0-d one too) is at most
+    :data:`LARGEST_VALUE` in size; else a ValueError naming ``name``, the first one too large and
+    its index. For the example's inputs, not its results: a score may well be larger."""
+    too_large = np.abs(np.atleast_1d(x)) > LARGEST_VALUE
+    if too_large.any():
+        bad = tuple(int(i) for i in np.argwhere(too_large)[0])
+        where = f" at index {bad}" if x.ndim else ""
+        what = "hold numbers" if x.ndim else "be a number"
+        raise ValueError(f"{name} must {what} at most {LARGEST_VALUE:g} in size, got "
+                         f"{np.atleast_1d(x)[bad]:g}{where}: {_TOO_LARGE}")
+
+
 def _check_table_fields(table: Table) -> None:
     """A :class:`Table`'s name is a str, its labels non-empty tuples of distinct strs (a frame indexed by a
     repeated label gives several rows for one), and its values a 2-D array of finite numbers with
@@ -379,10 +403,16 @@ def _labels(obj: Any, where: str) -> tuple[str, ...]:
 
 
 def _number(v: Any, where: str) -> float:
+    """A number of the file: a finite int or float :data:`LARGEST_VALUE` or less in size, else a
+    :class:`WorkedExampleError` naming ``where`` (``W_O.values[0][0]``) and the value."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {shown(v)}")
     if not finite(v):
         raise WorkedExampleError(f"{where} must be a finite number, got {shown(v)}")
+    try:
+        _check_not_too_large(np.asarray(float(v)), where)
+    except ValueError as err:
+        raise WorkedExampleError(str(err)) from None
     return float(v)
 
 
@@ -432,7 +462,9 @@ def _table(
 def parse_worked_example(data: Any) -> WorkedExample:
     """Validate the decoded JSON ``data`` and build a :class:`WorkedExample`. A top-level key
     outside :data:`TOP_LEVEL_KEYS` is refused by name, as :meth:`ModelConfig.from_dict` does.
-    Errors name ``data`` (:func:`load_worked_example` adds the file's name)."""
+    Every number must be finite and at most :data:`LARGEST_VALUE` in size (a larger one would
+    overflow a step): a :class:`WorkedExampleError` names the table and the cell
+    (``W_O.values[0][0]``). Errors name ``data`` (:func:`load_worked_example` adds the file's name)."""
     top = "data (the decoded JSON)"  # the argument: there may be no file
     _refuse_unknown_keys(data, TOP_LEVEL_KEYS, top)
     people = _labels(_require(data, "people", top), "people")
@@ -528,9 +560,10 @@ def load_worked_example(path: str | Path = WORKED_EXAMPLE_PATH) -> WorkedExample
 # -- computing ------------------------------------------------------------------------
 def _check_example(example: object) -> None:
     """``example`` is a :class:`WorkedExample` (what :func:`load_worked_example` returns) whose
-    numbers are still finite: its arrays are mutable, so a value set to NaN after loading is
+    numbers are still finite and at most :data:`LARGEST_VALUE` in size, as the file's must be:
+    its arrays are mutable, so a value set to NaN after loading (or an example built by hand) is
     found here (a :class:`WorkedExampleError` naming the field and the entry), not as a failed
-    comparison deep inside the computation."""
+    comparison or an overflow deep inside the computation."""
     if not isinstance(example, WorkedExample):
         raise TypeError(f"example must be a WorkedExample (from load_worked_example()), got "
                         f"{type(example).__name__} {shown(example, 60)}")
@@ -543,6 +576,7 @@ def _check_example(example: object) -> None:
     for field, values in arrays.items():
         try:
             _check_finite_matrix(np.atleast_2d(values), f"example.{field}", "")
+            _check_not_too_large(values, f"example.{field}")
         except (TypeError, ValueError) as err:
             raise WorkedExampleError(f"{err} (changed after loading? load_worked_example() again)") from None
 
@@ -551,7 +585,9 @@ def compute_steps(example: WorkedExample) -> dict[str, Table]:
     """Every step, exactly (float64), with the course's ``scaled_dot_product_attention``.
 
     Keys: ``Q1 K1 V1 S1 A1 Output1``, the same for head 2 (and further heads),
-    ``Concat`` and ``Final``. ``S`` are the scaled scores ``Q K^T / sqrt(d_k)``.
+    ``Concat`` and ``Final``. ``S`` are the scaled scores ``Q K^T / sqrt(d_k)``. A number of
+    ``example`` that is not finite or is larger than :data:`LARGEST_VALUE` is refused before any
+    step (:class:`WorkedExampleError` naming the field and the entry).
     """
     _check_example(example)
     people = example.people
