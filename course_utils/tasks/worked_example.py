@@ -41,6 +41,7 @@ from ..attention.validation import (
     check_int,
     check_record,
     finite,
+    is_real,
     plain_str,
     shown,
 )
@@ -379,7 +380,7 @@ def _labels(obj: Any, where: str) -> tuple[str, ...]:
 
 
 def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if not is_real(v):
         raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {shown(v)}")
     if not finite(v):
         raise WorkedExampleError(f"{where} must be a finite number, got {shown(v)}")
