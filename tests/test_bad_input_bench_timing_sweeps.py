@@ -1845,3 +1845,24 @@ def test_format_training_table_takes_numpy_numbers_as_the_numbers_they_are():
     with pytest.raises(ValueError, match=r"^rows\[0\]\['seconds'\] must be a finite number"):
         format_training_table([{**row, "seconds": np.float32("nan")}])
 
+
+def test_llc_an_impossible_sysfs_size_is_not_reported_and_says_why(tmp_path, monkeypatch):
+    """A sysfs size of 1e53 bytes was returned as the cache: now out of COURSE_UTILS_LLC_MIB's
+    range means not reported, lscpu (or the stated guess) is asked, and the source says why."""
+    monkeypatch.delenv(DS.LLC_ENV, raising=False)
+    index = tmp_path / "index0"
+    index.mkdir()
+    for name, text in (("level", "3\n"), ("type", "Unified\n"), ("size", "9" * 44 + "G\n")):
+        (index / name).write_text(text)
+    monkeypatch.setattr(DS, "_from_lscpu", lambda: 16 * 2**20)
+    size, where = DS.last_level_cache_bytes(tmp_path)
+    assert size == 16 * 2**20 and where.startswith("lscpu (") and str(tmp_path) in where
+    assert "ignored" in where and "1048576 MiB" in where
+    monkeypatch.setattr(DS, "_from_lscpu", lambda: (DS.MAX_LLC_MIB + 1) * 2**20)
+    size, where = DS.last_level_cache_bytes(tmp_path)
+    assert size == DS.FALLBACK_LLC_BYTES and "assumed" in where and "lscpu reported" in where
+    (index / "size").write_text("9" * 400 + "\n")  # more digits than a float holds: no OverflowError
+    size, where = DS.last_level_cache_bytes(tmp_path)
+    assert size == DS.FALLBACK_LLC_BYTES
+    (index / "size").write_text(f"{DS.MAX_LLC_MIB}M\n")  # the largest figure taken
+    assert DS.last_level_cache_bytes(tmp_path) == (DS.MAX_LLC_MIB * 2**20, str(tmp_path))
