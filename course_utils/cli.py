@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib.util
+import numbers
 import os
 import signal
 import stat
@@ -293,6 +294,12 @@ def _label(value: object, name: str, what: str) -> str:
 def _check_prog(prog: object) -> str:
     """``prog``, the tool's name for its messages: a non-empty str, else a TypeError naming it."""
     return check_label(prog, "prog", "the tool's name for its messages")
+
+
+def _is_real(value: object) -> bool:
+    """:func:`course_utils.attention.validation.is_real`'s rule, here because this module imports
+    the standard library only: any ``numbers.Real`` but a bool (``np.float32(1.5)`` is a number)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _stop_signal(value: object, name: str) -> int:
@@ -683,10 +690,11 @@ def run_in_group(command: Sequence[str], *, check: bool = True, patience: float 
         raise ValueError("command must hold at least the program to run, got []")
     if type(check) is not bool:
         raise TypeError(f"check must be a bool, got {type(check).__name__} {shown(check, 60)}")
-    if isinstance(patience, bool) or not isinstance(patience, (int, float)) \
+    if not _is_real(patience) \
             or not 0 <= patience < float("inf"):
         raise ValueError(f"patience must be a finite number of seconds >= 0, got "
                          f"{type(patience).__name__} {shown(patience, 60)}")
+    patience = float(patience)  # np.float32 too: a number like any other
     child = subprocess.Popen(command, start_new_session=True, **kwargs)
     try:
         code = child.wait()

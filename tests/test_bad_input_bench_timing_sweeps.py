@@ -1790,3 +1790,79 @@ def test_time_interleaved_still_takes_str_and_tuple_keys():
     rows = timing.time_interleaved({"a": lambda: 1, (64, True): lambda: 2}, baseline="a", repeats=3,
                                    warmup=0)
     assert [row.name for row in rows] == ["a", (64, True)]
+
+
+# -- battery 34: NumPy floats are numbers in the bench helpers -----------------------------------------
+# (each refused np.float32 as "not a number" while np.float64, a float subclass, passed)
+
+def test_timing_records_take_numpy_floats_as_python_floats():
+    row = Timing("a", np.float32(1.0), np.float16(1.0), (np.float32(1.0),))
+    assert (row.median_s, row.ratio, row.samples_s) == (1.0, 1.0, (1.0,))
+    assert all(type(v) is float for v in (row.median_s, row.ratio, *row.samples_s))
+    spread = RatioSpread("a", "b", np.float32(1.0), 1.0, 1.0, 1.0, 1.0, 3)
+    assert type(spread.median) is float and spread.median == 1.0
+    rows = timing.timings_from_samples({"a": [np.float32(1.0), np.float32(2.0)]}, "a")
+    assert rows[0].median_s == 1.5 and type(rows[0].median_s) is float
+
+
+@pytest.mark.parametrize("value, error", [(True, TypeError), ("1.0", TypeError),
+                                          (np.float32("nan"), ValueError), (np.float32(0.0), ValueError)])
+def test_timing_still_refuses_bools_strs_nan_and_zero_naming_the_field(value, error):
+    with pytest.raises(error, match=r"^Timing\('a'\)\.median_s must be"):
+        Timing("a", value, 1.0)
+
+
+def test_clock_elapsed_takes_numpy_float_readings():
+    assert clock_elapsed(np.float32(1.0), np.float32(2.0), "x") == 1.0
+    assert clock_elapsed(10**18, 10**18 + 1, "x") == 1.0  # ints: subtracted exactly
+    ticks = iter(np.arange(1, 1000, dtype=np.float32))
+    rows = timing.time_interleaved({"a": lambda: 1}, baseline="a", repeats=2, warmup=0,
+                                   clock=lambda: next(ticks))
+    assert rows[0].median_s == 1.0
+    for start, end in ((np.float32(2.0), np.float32(1.0)), (True, 2.0), ("1", 2.0)):
+        with pytest.raises(ValueError, match="^clock must return seconds that never decrease"):
+            clock_elapsed(start, end, "x")
+
+
+def test_bench_mha_takes_a_numpy_float_target_sample_s():
+    rows = MS.bench_mha(1, 3, 8, 2, repeats=2, target_sample_s=np.float32(1e-4))
+    assert len(rows) == len(MS.IMPLEMENTATIONS)
+    with pytest.raises(TypeError, match="^target_sample_s must be a number of seconds >= 0"):
+        MS.bench_mha(1, 3, 8, 2, repeats=2, target_sample_s="0.1")
+    with pytest.raises(ValueError, match="^target_sample_s must be a finite number of seconds >= 0"):
+        MS.bench_mha(1, 3, 8, 2, repeats=2, target_sample_s=np.float32(-1.0))
+
+
+def test_format_training_table_takes_numpy_numbers_as_the_numbers_they_are():
+    from course_utils.bench.train_speed import format_training_table
+
+    row = {"seed": np.int64(0), "steps": 4, "seconds": np.float32(0.25), "heldout_acc": np.float32(0.5)}
+    assert format_training_table([row]) == format_training_table(
+        [{"seed": 0, "steps": 4, "seconds": 0.25, "heldout_acc": 0.5}])
+    assert type(row["seconds"]) is np.float32  # the caller's row is not changed
+    with pytest.raises(TypeError, match=r"^rows\[0\]\['seconds'\] must be a number or None, got str"):
+        format_training_table([{**row, "seconds": "0.25"}])
+    with pytest.raises(ValueError, match=r"^rows\[0\]\['seconds'\] must be a finite number"):
+        format_training_table([{**row, "seconds": np.float32("nan")}])
+
+
+def test_llc_an_impossible_sysfs_size_is_not_reported_and_says_why(tmp_path, monkeypatch):
+    """A sysfs size of 1e53 bytes was returned as the cache: now out of COURSE_UTILS_LLC_MIB's
+    range means not reported, lscpu (or the stated guess) is asked, and the source says why."""
+    monkeypatch.delenv(DS.LLC_ENV, raising=False)
+    index = tmp_path / "index0"
+    index.mkdir()
+    for name, text in (("level", "3\n"), ("type", "Unified\n"), ("size", "9" * 44 + "G\n")):
+        (index / name).write_text(text)
+    monkeypatch.setattr(DS, "_from_lscpu", lambda: 16 * 2**20)
+    size, where = DS.last_level_cache_bytes(tmp_path)
+    assert size == 16 * 2**20 and where.startswith("lscpu (") and str(tmp_path) in where
+    assert "ignored" in where and "1048576 MiB" in where
+    monkeypatch.setattr(DS, "_from_lscpu", lambda: (DS.MAX_LLC_MIB + 1) * 2**20)
+    size, where = DS.last_level_cache_bytes(tmp_path)
+    assert size == DS.FALLBACK_LLC_BYTES and "assumed" in where and "lscpu reported" in where
+    (index / "size").write_text("9" * 400 + "\n")  # more digits than a float holds: no OverflowError
+    size, where = DS.last_level_cache_bytes(tmp_path)
+    assert size == DS.FALLBACK_LLC_BYTES
+    (index / "size").write_text(f"{DS.MAX_LLC_MIB}M\n")  # the largest figure taken
+    assert DS.last_level_cache_bytes(tmp_path) == (DS.MAX_LLC_MIB * 2**20, str(tmp_path))

@@ -879,3 +879,22 @@ def test_train_out_a_bare_name_whose_checkpoint_stem_is_a_folder_is_named(tmp_pa
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"^--out 'toy': name_or_path must name a checkpoint, got the fold"):
         TRN._check_out_writable("toy", "induction")
+
+
+# -- battery 34: NumPy floats are numbers ------------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["lr", "weight_decay", "grad_clip"])
+@pytest.mark.parametrize("number", [np.float32(0.5), np.float16(0.5), np.float64(0.5)])
+def test_trainconfig_takes_any_numpy_float_as_the_python_float_it_is(field, number):
+    """np.float32 was refused as "must be a number such as 0.01" while np.float64 (a float
+    subclass) passed: one rule (validation.is_real) now decides, and the value is kept as a float."""
+    config = TrainConfig(steps=3, **{field: number})
+    assert getattr(config, field) == 0.5 and type(getattr(config, field)) is float
+
+
+@pytest.mark.parametrize("field", ["lr", "weight_decay", "grad_clip"])
+@pytest.mark.parametrize("value, error", [(True, TypeError), ("0.1", TypeError), (None, TypeError),
+                                          (np.float32("nan"), ValueError), (np.float32(-1.0), ValueError)])
+def test_trainconfig_still_refuses_bools_strs_and_nan_naming_the_field(field, value, error):
+    with pytest.raises(error, match=rf"^TrainConfig\.{field} must be"):
+        TrainConfig(steps=3, **{field: value})

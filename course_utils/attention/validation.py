@@ -41,6 +41,8 @@ __all__ = [
     "check_index",
     "IndexOutOfRange",
     "check_real",
+    "is_real",
+    "real_number",
     "check_float_dtype",
     "check_positive_number",
     "check_callable",
@@ -312,7 +314,7 @@ def check_kv_heads(num_kv_heads: object, num_heads: int, name: str = "num_kv_hea
 @_checks_name
 def check_dropout(value: object, name: str = "dropout_p") -> float:
     """A real number in [0, 1) (NaN is refused); returned as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {shown(value)}")
     number = _to_float(value, name, "a float in [0, 1)")
     if math.isnan(number) or not 0.0 <= number < 1.0:
@@ -328,6 +330,25 @@ def finite(value: numbers.Real) -> bool:
         return math.isfinite(value)
     except Exception:  # noqa: BLE001 - also no real number ('0.1', None), a 0-d meta tensor, a raising __float__
         return False
+
+
+def is_real(value: object) -> bool:
+    """The package's one rule for "a number": any ``numbers.Real`` that is not a bool (a Python
+    int or float, a NumPy integer or float of any width: ``np.float32`` is as much a number as
+    ``np.float64``, which subclasses float; ``True`` is no number). NaN and infinity pass here:
+    each caller says whether it refuses them."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def real_number(value: object, name: str, expected: str = "a real number") -> float:
+    """``value`` as a Python float, if it is a number by :func:`is_real`: anything else (a bool, a
+    str, None, a tensor) is a TypeError naming ``name``, ``expected`` and what arrived, and a
+    number no float holds (``10**400``) a ValueError (:func:`_to_float`). NaN and infinity are
+    returned as they are, for the caller's range check. The one way a numeric argument that may
+    arrive as a NumPy scalar is taken (a config, a duration, a table's cell)."""
+    if not is_real(value):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {shown(value, 60)}")
+    return _to_float(value, name, expected)
 
 
 def _to_float(value: numbers.Real, name: str, expected: str) -> float:
@@ -652,7 +673,7 @@ def check_real(value: object, name: str, *, finite: bool = True) -> float:
         check_flag(finite, f"check_real's finite (for {name})")
     if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool:
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {shown(value, 80)}")
     value = _to_float(value, name, f"a {'finite ' if finite else ''}number")
     if math.isnan(value) or (finite and math.isinf(value)):
@@ -676,7 +697,7 @@ def check_positive_number(value: object, name: str, *, allow_inf: bool = False) 
     if type(allow_inf) is not bool:  # the caller's flag: 1 or "yes" would be silently truthy
         check_flag(allow_inf, f"check_positive_number's allow_inf (for {name})")
     finite = "" if allow_inf else "finite "
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_real(value):
         raise TypeError(f"{name} must be a {finite}number > 0, got {type(value).__name__} {shown(value)}")
     number = _to_float(value, name, f"a {finite}number > 0")
     if math.isnan(number) or number <= 0 or (math.isinf(number) and not allow_inf):
@@ -1712,7 +1733,7 @@ def _type_check(hint: object, nan_ok: bool, signed: bool, positive: bool,  # noq
         return lambda value, label: check_int(value, label, minimum=low)
     if hint is float:
         def real(value: object, label: str) -> None:
-            if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            if type(value) is not float and not is_real(value):
                 raise TypeError(f"{label} must be a real number, got {type(value).__name__} "
                                 f"{shown(value, 60)}")
             _to_float(value, label, "a real number")  # 10**400: no float holds it (battery 27)

@@ -128,11 +128,13 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
 def _parse_size(text: str) -> int | None:
-    """``'32768K'``, ``'32 MiB'``, ``'33554432'`` -> bytes; None if it does not parse."""
+    """``'32768K'``, ``'32 MiB'``, ``'33554432'`` -> bytes; None if it does not parse (or holds
+    more digits than a float: ``int(inf)`` would raise OverflowError)."""
     match = re.fullmatch(r"\s*([\d.]+)\s*([KMG]?)(?:i?B)?\s*(?:\(.*\))?\s*", text, re.IGNORECASE)
     if not match:
         return None
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    size = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    return int(size) if math.isfinite(size) else None
 
 
 def _read_attribute(path: Path, limit: int = 4096) -> str:
@@ -184,7 +186,10 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
     the system reports; any other value is a ValueError naming it).
     ``sysfs`` is a folder laid out like Linux's ``/sys/devices/system/cpu/cpu0/cache``; a
     ``level``, ``type`` or ``size`` file there that is not a regular file (a FIFO, a device) is
-    skipped, never read, so the call cannot hang on it."""
+    skipped, never read, so the call cannot hang on it. A size the system reports (sysfs, then
+    lscpu) over :data:`MAX_LLC_MIB` MiB, the range ``COURSE_UTILS_LLC_MIB`` is held to (a corrupt
+    ``size`` file: ``99999...G``), is treated as not reported: the next source is asked, and the
+    source returned says what was ignored and why."""
     if not isinstance(sysfs, (str, os.PathLike)):
         raise TypeError(f"sysfs must be a path to a folder like {_SYSFS_CACHE}, got "
                         f"{type(sysfs).__name__} {shown_value(sysfs, 80)}")
@@ -197,11 +202,20 @@ def last_level_cache_bytes(sysfs: Path = _SYSFS_CACHE) -> tuple[int, str]:
             raise ValueError(f"{LLC_ENV} must be a whole number of MiB in 1..{MAX_LLC_MIB} (1 TiB), "
                              f"got {shown_value(text, 60)}")
         return mib * MiB, LLC_ENV
-    if (size := _from_sysfs(sysfs)) is not None:
-        return size, str(sysfs)
-    if (size := _from_lscpu()) is not None:
-        return size, "lscpu"
-    return FALLBACK_LLC_BYTES, f"not found; assumed {FALLBACK_LLC_BYTES // MiB} MiB"
+    ignored = []  # sizes out of LLC_ENV's range, each said with the source taken instead
+    for read, where in ((lambda: _from_sysfs(sysfs), str(sysfs)), (_from_lscpu, "lscpu")):
+        size = read()
+        if size is not None and size > MAX_LLC_MIB * MiB:
+            ignored.append(f"{where} reported {size / MiB:.3g} MiB, over the {MAX_LLC_MIB} MiB (1 TiB) "
+                           f"{LLC_ENV} may say: ignored")
+        elif size is not None:
+            return size, where + _noted(ignored)
+    return FALLBACK_LLC_BYTES, f"not found; assumed {FALLBACK_LLC_BYTES // MiB} MiB" + _noted(ignored)
+
+
+def _noted(ignored: list[str]) -> str:
+    """`` (what was ignored)`` for a source's name, or nothing."""
+    return f" ({'; '.join(ignored)})" if ignored else ""
 
 
 def flush_bytes(multiple: int = 4, *, cap: int = FLUSH_CAP_BYTES) -> int:

@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import IO
 
 from .. import cli
-from ..attention.validation import check_distinct, check_record, finite, freeze_fields, plain_str, shown
+from ..attention.validation import (
+    check_distinct,
+    check_record,
+    finite,
+    freeze_fields,
+    is_real,
+    plain_str,
+    shown,
+)
 from ..paths import check_path, path_kind
 
 __all__ = ["TARGET_MB", "BINDER_LIMIT_MB", "CELL_TIMEOUT_S", "CellTime", "NotebookMemory",
@@ -425,14 +433,14 @@ def _checked_records(tests: object, source: str) -> dict[str, dict]:
         nodeid = plain_str(nodeid, f"each test id (key) of {source}", "a str (a pytest node id)")
         checked[nodeid] = record
         peak = record.get("peak_mb") if isinstance(record, dict) else None
-        if isinstance(peak, bool) or not isinstance(peak, (int, float)):
+        if not is_real(peak):
             raise ValueError(f"{source}: the record of {shown(nodeid, 80)} has no numeric 'peak_mb' (got "
                              f"{shown(record, 80)}): expected the JSON file the tests write")
         # JSON reads NaN and Infinity: a peak (> 0: a process holds memory) and the optional sizes
         # and time must be real amounts, else they sort and print as "nan MB"
         for key in ("peak_mb", "start_mb", "children_mb", "seconds"):
             value = record.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+            if value is not None and (not is_real(value)
                                       or not finite(value) or value < 0
                                       or (key == "peak_mb" and value == 0)):
                 raise ValueError(f"{source}: the record of {shown(nodeid, 80)} has {key}={shown(value)}: "

@@ -13,7 +13,6 @@ the batched module, the batched module with ``F.scaled_dot_product_attention`` a
 from __future__ import annotations
 
 import argparse
-import numbers
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -46,6 +45,8 @@ from ..attention.validation import (
     check_tensor,
     finite,
     freeze_fields,
+    is_real,
+    real_number,
     shown,
 )
 from ..env import check_seed, torch_threads
@@ -180,8 +181,10 @@ def bench_mha(
     versions (:func:`lesson_implementations`), one row per label of :data:`IMPLEMENTATIONS`.
 
     ``num_threads``: see :func:`torch_threads`. ``target_sample_s > 0`` repeats short calls
-    inside each sample. ``lesson`` is ignored (every benchmark times the lesson's versions);
-    it is accepted so that lesson 4's ``lesson=True`` keeps working (a bool: ``"no"`` is refused).
+    inside each sample: a real number (a NumPy float too) >= 0, else a TypeError (not a number) or
+    ValueError (NaN, infinite or negative) naming it. ``lesson`` is ignored (every benchmark
+    times the lesson's versions); it is accepted so that lesson 4's ``lesson=True`` keeps working
+    (a bool: ``"no"`` is refused).
     """
     check_flag(lesson, "lesson")
     batch = check_int(batch, "batch", minimum=1)
@@ -189,8 +192,9 @@ def bench_mha(
     check_head_dims(d_model, num_heads)
     check_attention_fits(batch, seq_len, d_model, num_heads)
     seed = check_seed(seed)  # a Python int: torch.Generator.manual_seed takes no NumPy int
-    if isinstance(target_sample_s, bool) or not isinstance(target_sample_s, int | float) \
-            or not (finite(target_sample_s) and target_sample_s >= 0):
+    target_sample_s = real_number(target_sample_s, "target_sample_s", "a number of seconds >= 0 (0: one "
+                                  "call per sample)")  # np.float32 too
+    if not (finite(target_sample_s) and target_sample_s >= 0):
         raise ValueError(f"target_sample_s must be a finite number of seconds >= 0 (0: one call per "
                          f"sample), got {type(target_sample_s).__name__} {shown(target_sample_s)}")
     check_function_name(baseline, "baseline", IMPLEMENTATIONS, "the lesson's implementations")
@@ -282,8 +286,7 @@ def _check_sweep_table(table: object) -> None:
     check_distinct(check_int_list(list(table.index), "table.index", minimum=1), "table.index", "sizes")
     for name, column in table.items():
         for index, value in column.items():
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                    or not (finite(value) and value > 0):
+            if not is_real(value) or not (finite(value) and value > 0):
                 raise ValueError(f"table[{shown(name)}] at {table.index.name or 'index'}={shown(index)} "
                                  f"must be a "
                                  f"finite time > 0 ms (sweep_mha's times), got {type(value).__name__} "

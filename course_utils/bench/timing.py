@@ -26,8 +26,10 @@ from ..attention.validation import (
     check_record,
     finite,
     freeze_fields,
+    is_real,
     items_of,
     plain_str,
+    real_number,
     shown,
 )
 
@@ -77,10 +79,12 @@ class Timing:
         if not isinstance(self.samples_s, list | tuple):
             raise TypeError(f"Timing({shown(self.name)}).samples_s must be a list of seconds (every repeat), "
                             f"got {type(self.samples_s).__name__} {shown(self.samples_s, 60)}")
-        for label, value in (("median_s", self.median_s), ("ratio", self.ratio)):
-            _check_duration(value, f"Timing({shown(self.name)}).{label}", positive=True)
-        for i, value in enumerate(self.samples_s):
+        for label, value in (("median_s", self.median_s), ("ratio", self.ratio)):  # kept as Python floats
+            object.__setattr__(self, label, _check_duration(value, f"Timing({shown(self.name)}).{label}",
+                                                            positive=True))
+        object.__setattr__(self, "samples_s", tuple(
             _check_duration(value, f"Timing({shown(self.name)}).samples_s[{i}]")
+            for i, value in enumerate(self.samples_s)))
         check_record(self, nonempty=("name",))  # the rest: name is a non-empty str or tuple
         _check_hashable_name(self.name)
         # a table prints median_s and best_s side by side: they describe the same samples
@@ -119,14 +123,14 @@ def _hashable(value: object) -> bool:
 
 
 def _check_duration(value: object, name: str, *, positive: bool = False) -> float:
-    """A time (or a ratio of times): a real number, finite and >= 0 (> 0 when ``positive``: one
-    that is divided by)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {shown(value, 60)}")
-    if not (finite(value) and (value > 0 if positive else value >= 0)):
+    """A time (or a ratio of times): a real number (:func:`is_real`: a NumPy float too), finite
+    and >= 0 (> 0 when ``positive``: one that is divided by); returned as a Python float. Not a
+    number: a TypeError; out of range: a ValueError; both name ``name``."""
+    number = real_number(value, name, "a number of seconds")
+    if not (finite(number) and (number > 0 if positive else number >= 0)):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got "
                          f"{shown(value)}")
-    return value
+    return number
 
 
 def _close(a: float, b: float, rel: float = 1e-9) -> bool:
@@ -223,16 +227,21 @@ def clock_elapsed(start: object, end: object, around: str) -> float:
     """``end - start``: two readings of a timing's ``clock`` around ``around`` (what was timed,
     for the message), if both are numbers and the difference is finite and >= 0; else a
     ValueError naming ``clock`` and the two readings (a clock that runs backwards or returns
-    NaN would give meaningless samples). A bool is no reading (``True - 0.5`` would time 0.5 s)."""
+    NaN would give meaningless samples). A reading is any real number (:func:`is_real`: a NumPy
+    float such as ``np.float32`` too, subtracted as a Python float); a bool is none (``True - 0.5``
+    would time 0.5 s)."""
     around = plain_str(around, "around", "a str saying what was timed")
-    readings = (start, end)
-    numbers_read = all(isinstance(r, int | float) and not isinstance(r, bool) for r in readings)
     try:
-        elapsed = end - start if numbers_read else None
-    except OverflowError:  # an int no float holds minus a float (10**400: battery 29)
+        if not (is_real(start) and is_real(end)):
+            elapsed = None
+        elif type(start) is int and type(end) is int:  # exact (a nanosecond clock's large ints)
+            elapsed = end - start
+        else:
+            elapsed = float(end) - float(start)
+    except OverflowError:  # an int no float holds (10**400: battery 29)
         elapsed = None
     if elapsed is None or not (finite(elapsed) and elapsed >= 0):
-        raise ValueError(f"clock must return seconds that never decrease (a finite int or float, not a "
+        raise ValueError(f"clock must return seconds that never decrease (a finite real number, not a "
                          f"bool), but it read {shown(start)} then {shown(end)} around {around}; use "
                          "time.perf_counter or time.thread_time")
     return float(elapsed)
@@ -497,9 +506,9 @@ class RatioSpread:
     def __post_init__(self) -> None:
         """Ratios of times are finite and >= 0, and a spread comes from at least one repeat (a NaN
         ratio or 0 repeats would otherwise read as "no clear difference")."""
-        for label in ("median", "q1", "q3", "low", "high"):
-            _check_duration(getattr(self, label), f"RatioSpread({shown(self.name)}).{label}",
-                            positive=label == "median")
+        for label in ("median", "q1", "q3", "low", "high"):  # kept as Python floats
+            object.__setattr__(self, label, _check_duration(
+                getattr(self, label), f"RatioSpread({shown(self.name)}).{label}", positive=label == "median"))
         object.__setattr__(self, "repeats",
                            check_int(self.repeats, f"RatioSpread({shown(self.name)}).repeats", minimum=1))
         # the rest: name and baseline are non-empty str (verdict would say "slower than  in this run")

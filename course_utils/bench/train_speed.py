@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import statistics
 
 import torch
 
-from ..attention.validation import check_distinct, check_int, check_int_list, items_of, shown
+from ..attention.validation import check_distinct, check_int, check_int_list, is_real, items_of, shown
 from ..model.train import INDUCTION_TASK, MAX_STEPS, train_agreement, train_induction
 
 __all__ = ["bench_training", "format_training_table", "add_bench_parser"]
@@ -62,7 +63,9 @@ def _check_rows(rows: object) -> list[dict]:
     medians: battery 19), and one in a column whose name holds ``acc`` (an accuracy) is at most
     1. A time of 0 is taken: the table divides by nothing, it prints. Returns the rows as a plain
     list, read once: a list whose ``len()`` raises is named (battery 30), and one whose ``len()``
-    lies (1000 for an empty list) is judged by the rows it holds (battery 32)."""
+    lies (1000 for an empty list) is judged by the rows it holds (battery 32). A number is any real
+    number but a bool (:func:`is_real`: a NumPy float too, returned as a Python float; a str is
+    a TypeError); the rows returned are copies holding Python ints and floats."""
     given = type(rows).__name__
     if isinstance(rows, list | tuple):
         rows = items_of(rows, "rows", "a non-empty list of bench_training's dicts")
@@ -79,11 +82,11 @@ def _check_rows(rows: object) -> list[dict]:
             raise ValueError(f"rows[{i}] has the keys {shown(list(row), 120)}, rows[0] has "
                              f"{shown(list(rows[0]), 120)}; every row "
                              "must have the same")
-        bad = [k for k, v in row.items()
-               if v is not None and (isinstance(v, bool) or not isinstance(v, int | float))]
+        bad = [k for k, v in row.items() if v is not None and not is_real(v)]
         if bad:
             raise TypeError(f"rows[{i}][{shown(bad[0], 40)}] must be a number or None, got "
                             f"{type(row[bad[0]]).__name__}")
+        row = rows[i] = {k: _plain_number(v) for k, v in row.items()}  # a copy: the caller's row is kept
         bad = [k for k, v in row.items()  # (an int is finite: isfinite(10**400) would overflow)
                if v is not None and ((isinstance(v, float) and not math.isfinite(v)) or v < 0)]
         if bad:
@@ -95,6 +98,14 @@ def _check_rows(rows: object) -> list[dict]:
                              f"expected "
                              f"a fraction in [0, 1] or None, got {shown(row[bad[0]], 60)}")
     return rows
+
+
+def _plain_number(value: object) -> int | float | None:
+    """A cell of a row, checked by :func:`is_real` (or None), as a Python int or float: a NumPy
+    integer or float (``np.float32(0.5)``) prints and sorts as the number it is."""
+    if value is None or type(value) in (int, float):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 def format_training_table(rows: list[dict]) -> str:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .. import cli
-from ..attention.validation import plain_str, shown
+from ..attention.validation import is_real, plain_str, shown
 from ..paths import check_path, path_kind
 from . import cases as _cases
 from . import sandbox
@@ -333,7 +333,7 @@ def reference_outputs(solutions_dir: str, lesson: str, salt: int, timeout: float
     lesson = lesson_name(lesson)
     if isinstance(salt, bool) or not isinstance(salt, int):
         raise TypeError(f"salt: expected an int, got {type(salt).__name__} {shown(salt, 60)}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 86400:
+    if not is_real(timeout) or not 0 < timeout < 86400:
         raise ValueError(f"timeout: expected the seconds the reference run may take, a number in "
                          f"(0, 86400), got {type(timeout).__name__} {shown(timeout, 40)}")
     solutions_dir = str(folder)
@@ -596,7 +596,7 @@ def result_cap(exercise: Any, cases: list[Any], unseen: list[Any] | None = None,
 
 
 def _check_per_call(per_call: Any) -> None:
-    if isinstance(per_call, bool) or not isinstance(per_call, (int, float)) or not 0 < per_call < 86400:
+    if not is_real(per_call) or not 0 < per_call < 86400:
         raise ValueError(f"per_call must be the seconds one call of the answer may take, a number in "
                          f"(0, 86400), got {type(per_call).__name__} {shown(per_call)}")
 

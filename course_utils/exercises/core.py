@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attention.validation import check_distinct, finite, plain_str, say, shown
+from ..attention.validation import check_distinct, finite, is_real, plain_str, say, shown
 from . import answers as _answers
 from .cases import Case, _is_pandas
 
@@ -2200,8 +2200,7 @@ def _plain_value(name: str, value: Any) -> Any:
 def _check_tolerances(rtol: Any, atol: Any) -> None:
     """Tolerances are finite non-negative real numbers (a negative one matches nothing)."""
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not finite(value) or value < 0:
+        if not is_real(value) or not finite(value) or value < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {type(value).__name__} "
                              f"{shown(value)}")
 

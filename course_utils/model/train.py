@@ -42,10 +42,10 @@ from ..attention.validation import (
     check_int,
     check_model_holds_values,
     check_not_meta_device,
-    check_real,
     check_record,
     check_weights_finite,
     finite,
+    real_number,
     shown,
 )
 from ..env import check_seed, gradients_on, pick_device, torch_threads
@@ -92,7 +92,11 @@ class TrainConfig:
     ``grad_clip`` is the largest gradient norm an update may use; ``0`` turns clipping off (the
     gradients are used as they are, not scaled to zero). ``warmup_steps`` defaults to 20, or to
     ``steps`` for a shorter run (the rate then reaches ``lr`` at the last step); a warm-up longer
-    than the run, asked for by name, is refused: the rate would never reach ``lr``."""
+    than the run, asked for by name, is refused: the rate would never reach ``lr``.
+
+    ``lr`` (> 0), ``weight_decay`` and ``grad_clip`` (>= 0) are any finite real numbers (a NumPy
+    float such as ``np.float32(0.5)`` too), kept as Python floats; a bool, str or None is a
+    TypeError, NaN, infinity or a number out of range a ValueError, each naming the field."""
 
     steps: int = 600
     lr: float = 1e-2
@@ -116,14 +120,11 @@ class TrainConfig:
                              f"{self.warmup_steps}; leave it out for min(20, steps)")
         check_flag(self.decay, "TrainConfig.decay")
         for name, low in (("lr", "> 0"), ("weight_decay", ">= 0"), ("grad_clip", ">= 0")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"TrainConfig.{name} must be a number such as 0.01, got "
-                                f"{type(value).__name__} {shown(value)}")
-            if isinstance(value, int):  # 10**400 fits no float: named, not an OverflowError (battery 27)
-                check_real(value, f"TrainConfig.{name}")
+            # any real number (np.float32 too), stored as a Python float; 10**400 is named (battery 27)
+            value = real_number(getattr(self, name), f"TrainConfig.{name}", "a number such as 0.01")
             if not math.isfinite(value) or value < 0 or (low == "> 0" and value == 0):
                 raise ValueError(f"TrainConfig.{name} must be a finite number {low}, got {shown(value)}")
+            object.__setattr__(self, name, value)
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimiser step ``step`` (0-based, an int below ``steps``): a linear

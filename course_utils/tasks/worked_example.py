@@ -42,6 +42,7 @@ from ..attention.validation import (
     check_int,
     check_record,
     finite,
+    is_real,
     plain_str,
     shown,
 )
@@ -403,9 +404,9 @@ def _labels(obj: Any, where: str) -> tuple[str, ...]:
 
 
 def _number(v: Any, where: str) -> float:
-    """A number of the file: a finite int or float :data:`LARGEST_VALUE` or less in size, else a
+    """A number of the file: a finite real (no bool) :data:`LARGEST_VALUE` or less in size, else a
     :class:`WorkedExampleError` naming ``where`` (``W_O.values[0][0]``) and the value."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if not is_real(v):
         raise WorkedExampleError(f"{where} must be a number, got {type(v).__name__} {shown(v)}")
     if not finite(v):
         raise WorkedExampleError(f"{where} must be a finite number, got {shown(v)}")
