@@ -1708,6 +1708,23 @@ def test_source_refuses_misplaced_grading_markers_naming_the_file(case, tmp_path
     assert _file_bytes(course) == {"nbgrader_config.py": text.encode()}  # nothing written
 
 
+def test_build_reads_a_draft_that_starts_with_a_byte_order_mark(tmp_path, capsys):
+    """QA battery 34: a draft saved with a UTF-8 BOM (Windows editors) was said to have no '# %%'
+    marker, though its first line is one; notebooks and configs read through read_text alike."""
+    tools = import_script("notebook_tools")
+    draft, out = tmp_path / "draft.py", tmp_path / "out.ipynb"
+    draft.write_bytes(b"\xef\xbb\xbf# %%\nx = 1\n")
+    assert tools.main(["build", str(draft), str(out)]) == 0, capsys.readouterr().err
+    cells = nbformat.read(out, as_version=4).cells
+    assert [(c.cell_type, c.source) for c in cells] == [("code", "x = 1")]
+    notebook = tmp_path / "bom.ipynb"
+    notebook.write_bytes(b"\xef\xbb\xbf" + out.read_bytes())
+    assert tools.read_notebook(notebook).cells[0].source == "x = 1"
+    draft.write_bytes(b"\xef\xbb\xbf# %%\n\xff\n")  # the byte named is counted from the file's start
+    raises_naming(tools.ToolError, [str(draft), "not UTF-8 text", "at byte 8"],
+                  lambda: tools.read_text(draft, "draft"))
+
+
 # -- G5: source never writes through a link below COURSE_DIR, nor inside the clone ------------------
 @pytest.mark.parametrize("case", ["source is a link", "a lesson folder is a link", "course links into clone"])
 def test_swap_in_refuses_a_destination_through_a_link_or_in_the_clone(case, tmp_path, monkeypatch):
