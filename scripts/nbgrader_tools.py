@@ -367,11 +367,15 @@ def grading_config_block() -> str:
 def grading_config_text(course: Path) -> str:
     """What ``course/nbgrader_config.py`` should hold: the file as it is (or a new one) with
     :func:`grading_config_block` in it (an older block is replaced, the rest of the file kept).
-    A kept file that does not load is a :class:`SourceError` (:func:`config_load_problem`)."""
+    A kept file that does not load, or whose block's markers are not one begin line before one end
+    line (:func:`grading_markers_problem`), is a :class:`SourceError`."""
     path = Path(course) / "nbgrader_config.py"
     first = "c = get_config()  # noqa: F821 - nbgrader's config object\n"
     text = _notebook_tools().read_text(path, "nbgrader_config.py") if path.exists() else first
-    if CONFIG_BEGIN in text and CONFIG_END in text:
+    problem = grading_markers_problem(path, text)
+    if problem:
+        raise SourceError(problem)
+    if CONFIG_BEGIN in text:
         head, rest = text.split(CONFIG_BEGIN, 1)
         block, tail = rest.split(CONFIG_END, 1)
         problem = config_load_problem(path, head + "\n" * block.count("\n") + tail)  # same line numbers
@@ -383,6 +387,27 @@ def grading_config_text(course: Path) -> str:
     if "get_config()" not in text:
         text = first + text
     return text.rstrip("\n") + "\n\n" + grading_config_block()
+
+
+def grading_markers_problem(path: Path, text: str) -> str | None:
+    """Why the grading block in ``text`` (``path``, the course's ``nbgrader_config.py``) cannot be
+    replaced, or None: its markers must be absent, or one :data:`CONFIG_BEGIN` line before one
+    :data:`CONFIG_END` line. An end before the begin, a begin without an end (or the reverse), or a
+    marker twice is a block edited by hand: which lines to replace is unknown, so ``source``
+    refuses (before anything is written) instead of cutting the wrong lines or adding a second block."""
+    begins, ends = text.count(CONFIG_BEGIN), text.count(CONFIG_END)
+    in_order = begins == ends == 1 and text.index(CONFIG_BEGIN) < text.index(CONFIG_END)
+    if begins == ends == 0 or in_order:
+        return None
+    if begins > 1 or ends > 1:
+        found = f"{begins} begin and {ends} end markers of the grading block (expected one of each)"
+    elif begins and ends:
+        found = "the grading block's end marker before its begin marker"
+    else:
+        found = (f"the grading block's {'begin' if begins else 'end'} marker without its "
+                 f"{'end' if begins else 'begin'} marker")
+    return (f"{path}: nbgrader_config.py holds {found}: begin {CONFIG_BEGIN!r}, end {CONFIG_END!r}; "
+            "remove the misplaced marker lines (or the whole block) and run source again")
 
 
 def config_load_problem(path: Path, text: str) -> str | None:

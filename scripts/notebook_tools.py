@@ -90,11 +90,15 @@ Interrupted = cli.Interrupted  # SIGINT or SIGTERM arrived (one class for every 
 
 
 def read_text(path: Path, what: str = "file") -> str:
-    """The text of ``path``, or a :class:`ToolError` naming it and what is wrong."""
+    """The text of ``path``, or a :class:`ToolError` naming it and what is wrong. A UTF-8
+    byte-order mark at its start (what Windows editors save) is dropped, as ``utf-8-sig`` reads
+    it: kept, it hid the first line from every reader (a draft's '# %%' marker, a notebook's JSON,
+    a config's first statement), which then said that line was missing."""
     path = Path(path)
     check_regular(path, what)
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")  # not utf-8-sig: its error offsets skip the mark
+        return text[1:] if text.startswith("\ufeff") else text
     except UnicodeDecodeError as exc:
         raise ToolError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -1679,6 +1679,52 @@ def test_a_config_that_loads_is_kept_with_the_grading_block(kept, tmp_path):
     assert kept in text and text.count(tools.CONFIG_BEGIN) == 1  # c = get_config() put first if missing
 
 
+# -- battery 34 (g5): a grading block whose markers are out of order, missing or doubled -------------
+MISPLACED_MARKERS = {
+    "end before begin": (f"c = get_config()\n{tools.CONFIG_END}\nc.X = 1\n{tools.CONFIG_BEGIN}\n",
+                         "end marker before its begin marker"),
+    "begin without end": (f"c = get_config()\n{tools.CONFIG_BEGIN}\nc.X = 1\n",
+                          "begin marker without its end marker"),
+    "end without begin": (f"c = get_config()\nc.X = 1\n{tools.CONFIG_END}\n",
+                          "end marker without its begin marker"),
+    "two begins": (f"c = get_config()\n{tools.CONFIG_BEGIN}\n{tools.grading_config_block()}",
+                   "2 begin and 1 end markers"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISPLACED_MARKERS))
+def test_source_refuses_misplaced_grading_markers_naming_the_file(case, tmp_path, capsys):
+    """QA battery 34: an end marker before the begin one was a ValueError traceback (not enough values
+    to unpack) from grading_config_text; a begin without an end got a second block appended."""
+    text, found = MISPLACED_MARKERS[case]
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(text)
+    raises_naming(tools.SourceError, ["nbgrader_config.py", found], lambda: tools.grading_config_text(course))
+    assert tools.main(["source", str(course)]) == 2
+    err = capsys.readouterr().err
+    assert "nbgrader_config.py" in err and found in err and "Traceback" not in err
+    assert "nothing was written" in err and err.count("\n") == 1
+    assert _file_bytes(course) == {"nbgrader_config.py": text.encode()}  # nothing written
+
+
+def test_build_reads_a_draft_that_starts_with_a_byte_order_mark(tmp_path, capsys):
+    """QA battery 34: a draft saved with a UTF-8 BOM (Windows editors) was said to have no '# %%'
+    marker, though its first line is one; notebooks and configs read through read_text alike."""
+    tools = import_script("notebook_tools")
+    draft, out = tmp_path / "draft.py", tmp_path / "out.ipynb"
+    draft.write_bytes(b"\xef\xbb\xbf# %%\nx = 1\n")
+    assert tools.main(["build", str(draft), str(out)]) == 0, capsys.readouterr().err
+    cells = nbformat.read(out, as_version=4).cells
+    assert [(c.cell_type, c.source) for c in cells] == [("code", "x = 1")]
+    notebook = tmp_path / "bom.ipynb"
+    notebook.write_bytes(b"\xef\xbb\xbf" + out.read_bytes())
+    assert tools.read_notebook(notebook).cells[0].source == "x = 1"
+    draft.write_bytes(b"\xef\xbb\xbf# %%\n\xff\n")  # the byte named is counted from the file's start
+    raises_naming(tools.ToolError, [str(draft), "not UTF-8 text", "at byte 8"],
+                  lambda: tools.read_text(draft, "draft"))
+
+
 # -- G5: source never writes through a link below COURSE_DIR, nor inside the clone ------------------
 @pytest.mark.parametrize("case", ["source is a link", "a lesson folder is a link", "course links into clone"])
 def test_swap_in_refuses_a_destination_through_a_link_or_in_the_clone(case, tmp_path, monkeypatch):

@@ -1113,3 +1113,83 @@ def test_fresh_bad_input_is_named(case):
     message = str(info.value)
     missing = [w for w in case.words if w not in message]
     assert not missing, f"{case.name}: {missing} not in {message!r}"
+
+
+# -- battery 34 (g5): str and int subclasses whose own methods raise -----------------------------------
+class _StrRaises(str):
+    """A str subclass whose own methods raise: an explorer reads the plain str it holds."""
+
+    def strip(self, *chars: object) -> str:
+        raise RuntimeError("strip boom")
+
+    def split(self, *args: object) -> list[str]:
+        raise RuntimeError("split boom")
+
+    def __len__(self) -> int:
+        raise RuntimeError("len boom")
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("format boom")
+
+    __hash__ = str.__hash__
+    __eq__ = str.__eq__
+
+
+class _IntRaises(int):
+    """An int subclass whose own conversions raise: an explorer reads the plain int it holds."""
+
+    def __int__(self) -> int:
+        raise RuntimeError("int boom")
+
+    def __index__(self) -> int:
+        raise RuntimeError("index boom")
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("format boom")
+
+
+def _split_attention(text: str) -> tuple[list[str], list[torch.Tensor]]:
+    words = str.split(text)
+    return words, [torch.full((1, 2, len(words), len(words)), 1.0 / len(words))] * 2
+
+
+@pytest.mark.parametrize("text, layer, head", [
+    (_StrRaises("a bb"), 0, 0),
+    ("a bb", _IntRaises(1), 0),
+    ("a bb", 0, _IntRaises(1)),
+    (_StrRaises("a bb"), _IntRaises(1), _IntRaises(1)),
+], ids=["text", "layer", "head", "all"])
+@pytest.mark.parametrize("method", ["render", "static", "explorer", "widget", "show"])
+def test_attention_explorer_reads_str_and_int_subclasses_by_their_plain_values(method, text, layer, head,
+                                                                               capsys):
+    explorer = AttentionExplorer(_split_attention, ["a bb ccc"], 2, 2)
+    result = getattr(explorer, method)(text, layer, head)
+    try:
+        if method in ("render", "static"):
+            assert isinstance(result, matplotlib.figure.Figure), result
+            assert result.axes[0].get_title() == f"layer {int.__int__(layer)}, head {int.__int__(head)}"
+        elif method == "explorer":
+            assert explorer.controls["sentence"].value == "a bb"
+            assert isinstance(explorer.last, matplotlib.figure.Figure), explorer.last
+    finally:
+        plt.close("all")
+    assert "boom" not in capsys.readouterr().out
+
+
+def test_attention_explorer_answers_an_int_subclass_out_of_range_with_a_message(capsys):
+    explorer = AttentionExplorer(_split_attention, ["a bb ccc"], 2, 2)
+    assert explorer.render("a bb", _IntRaises(5), 0) == ("Choose a layer in 0..1 and a head in 0..1 "
+                                                         "(got layer 5, head 0).")
+    explorer.show("a bb", _IntRaises(5), 0)
+    assert "Starting from layer 1, head 0 instead." in capsys.readouterr().out
+    plt.close("all")
+
+
+def test_dimension_explorer_and_show_read_subclasses_by_their_plain_values(capsys):
+    assert dimension_explorer(batch=_IntRaises(3)).controls["batch"].value == 3
+    explorer = dimension_explorer(batch=_IntRaises(99))
+    assert "is not on the slider" in explorer.last_text and explorer.controls["batch"].value == 2
+    assert "typo=1 is not a slider" in dimension_explorer(**{_StrRaises("typo"): 1}).last_text
+    capsys.readouterr()
+    show(dimension_explorer(), _StrRaises("the fallback"))
+    assert capsys.readouterr().out.startswith("the fallback")

@@ -835,3 +835,25 @@ def test_check_names_free_refuses_a_taken_key_by_its_plain_value():
                   lambda: V.check_names_free(LyingLen(["a"]), "numbers", ("a",), "x"))
     raises_naming(TypeError, ["check_names_free's why", "str"],
                   lambda: V.check_names_free({}, "numbers", ("a",), 5))
+
+
+# -- battery 34 (g5) ---------------------------------------------------------------------------------
+
+class _IntRaises(int):
+    """An int subclass whose own int conversions raise (its value is still an int)."""
+
+    def __int__(self) -> int:
+        raise RuntimeError("int boom")
+
+    def __index__(self) -> int:
+        raise RuntimeError("index boom")
+
+
+def test_check_int_reads_an_int_subclass_by_its_plain_value():
+    for value in (_IntRaises(3), np.int64(3), 3):
+        out = V.check_int(value, "steps", minimum=1)
+        assert type(out) is int and out == 3
+    raises_naming(ValueError, ["steps must be a positive int", "got 0"],
+                  lambda: V.check_int(_IntRaises(0), "steps", minimum=1))
+    assert type(V.plain_int(_IntRaises(7), "layer")) is int
+    raises_naming(TypeError, ["layer must be an int", "bool True"], lambda: V.plain_int(True, "layer"))

@@ -83,6 +83,7 @@ __all__ = [
     "shown",
     "items_of",
     "plain_str",
+    "plain_int",
     "check_choice",
     "check_names_free",
     "check_dense",
@@ -188,6 +189,25 @@ def plain_str(value: object, name: str, expected: str = "a str") -> str:
     if isinstance(value, str):
         return value if type(value) is str else str.__str__(value)
     raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {shown(value, 60)}")
+
+
+def plain_int(value: object, name: str, expected: str = "an int") -> int:
+    """``value`` as the plain ``int`` it holds, the one way an integer argument is read (by
+    :func:`check_int`, by an explorer's layer and head): an int subclass is read through
+    ``int.__int__``, so its own ``__int__``, ``__index__`` or ``__str__`` (which may raise or lie) is
+    never called, and a NumPy integer through ``int()``. A bool, anything that is not an integer, or
+    an integer whose ``int()`` raises is a TypeError naming ``name``, what was ``expected`` and what
+    arrived (its own error would name nothing)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {shown(value)}")
+    if isinstance(value, int):
+        return value if type(value) is int else int.__int__(value)
+    try:
+        result = int(value)
+    except Exception as err:  # noqa: BLE001 - its int() is the broken part; say so
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {shown(value, 60)} "
+                        f"whose int() raised {type(err).__name__}") from None
+    return result if type(result) is int else int.__int__(result)
 
 
 @_checks_name
@@ -393,10 +413,9 @@ def check_int(value: object, name: str, *, minimum: int | None = None,
     at least ``minimum`` and at most ``maximum`` when given; returned as a Python ``int`` (so it
     can go into JSON, ``range`` and error messages as itself). A float that happens to be whole
     (``2.0``) is refused too: an index or a count that arrives as a float is usually a bug
-    upstream (a mean, a division), not a number to round."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {shown(value)}")
-    value = int(value)
+    upstream (a mean, a division), not a number to round. An int subclass is read by the plain
+    value it holds, its own ``__int__`` never called (:func:`plain_int`)."""
+    value = plain_int(value, name)
     if type(minimum) not in _PLAIN_BOUNDS or type(maximum) not in _PLAIN_BOUNDS:  # cheap: runs often
         _check_bounds(minimum, maximum, name)  # the caller's bounds; a message only when they are wrong
     if maximum is not None and minimum is not None and minimum > maximum:

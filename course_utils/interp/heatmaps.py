@@ -7,7 +7,6 @@ is drawn blank rather than as zeros.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,8 @@ from ..attention.validation import (
     check_int,
     check_positive_number,
     items_of,
+    plain_int,
+    plain_str,
 )
 from ..attention.validation import shown as shown_value
 
@@ -308,7 +309,9 @@ class AttentionExplorer:
     raises ``ValueError`` with a readable message for text it cannot encode (unknown words).
     Nothing here raises at the learner: a bad sentence, layer or head becomes a message
     (:meth:`render`, :meth:`static`), or a message and the nearest valid starting choice
-    (:meth:`widget`, :meth:`show`).
+    (:meth:`widget`, :meth:`show`). A str or int subclass is read by the plain value it holds
+    (:func:`~course_utils.attention.validation.plain_str`, ``plain_int``): its own methods
+    (``strip``, ``__int__``), which may raise, are never called.
     """
 
     def __init__(self, attention_for: AttentionFn, sentences: Sequence[str], num_layers: int,
@@ -326,6 +329,7 @@ class AttentionExplorer:
         if wrong is not None:
             raise TypeError(f"sentences[{wrong}] must be an example text (a str), got "
                             f"{type(sentences[wrong]).__name__} {shown_value(sentences[wrong], 60)}")
+        sentences = [plain_str(text, "sentences") for text in sentences]  # a subclass's methods never run
         check_distinct(sentences, "sentences", "example texts (the menu would offer one twice)")
         num_layers, num_heads = (check_int(value, name, minimum=1)
                                  for name, value in (("num_layers", num_layers), ("num_heads", num_heads)))
@@ -362,43 +366,59 @@ class AttentionExplorer:
     # -- checking a choice ------------------------------------------------------------
     def choice_problem(self, layer: object, head: object) -> str | None:
         """A message if ``layer``/``head`` is not a valid choice (wrong type or range), else None."""
+        choice = self._read_choice(layer, head)
+        return choice if isinstance(choice, str) else None
+
+    def _read_choice(self, layer: object, head: object) -> tuple[int, int] | str:
+        """``(layer, head)`` as plain ints, or a message if either is not a valid choice. Each is
+        read by ``plain_int``: an int subclass by the value it holds (its own ``__int__`` or
+        ``__index__``, which may raise, never runs); one whose ``int()`` raises is a message."""
+        plain = []
         for name, value, count in (("layer", layer, self.num_layers), ("head", head, self.num_heads)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            try:
+                plain.append(plain_int(value, name))
+            except TypeError:
                 return (f"The {name} must be a whole number from 0 to {count - 1}, such as 1; "
                         f"got {shown_value(value, 60)} (a {type(value).__name__}).")
-        if not 0 <= int(layer) < self.num_layers or not 0 <= int(head) < self.num_heads:
+        layer, head = plain
+        if not 0 <= layer < self.num_layers or not 0 <= head < self.num_heads:
             return (f"Choose a layer in 0..{self.num_layers - 1} and a head in 0..{self.num_heads - 1} "
                     f"(got layer {layer}, head {head}).")
-        return None
+        return layer, head
 
     def _valid_start(self, text: object, layer: object, head: object) -> tuple[str, int, int]:
         """The starting choice for the controls: bad values are reported, then replaced."""
-        problem = self.choice_problem(layer, head)
-        if problem is not None:
-            def nearest(value: object, count: int) -> int:
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        choice = self._read_choice(layer, head)
+        if isinstance(choice, str):
+            def nearest(value: object, name: str, count: int) -> int:
+                try:
+                    return min(max(plain_int(value, name), 0), count - 1)
+                except TypeError:
                     return 0
-                return min(max(int(value), 0), count - 1)
 
-            layer, head = nearest(layer, self.num_layers), nearest(head, self.num_heads)
-            _say(f"{problem} Starting from layer {layer}, head {head} instead.")
+            layer, head = nearest(layer, "layer", self.num_layers), nearest(head, "head", self.num_heads)
+            _say(f"{choice} Starting from layer {layer}, head {head} instead.")
+        else:
+            layer, head = choice
         if text is None:
             text = self.sentences[0]
         elif not isinstance(text, str):
             _say(f"The sentence must be a str, got a {type(text).__name__}; starting from "
                   f"{shown_value(self.sentences[0], 80)} instead.")
             text = self.sentences[0]
-        return text, int(layer), int(head)
+        return plain_str(text, "text"), layer, head
 
     # -- drawing ----------------------------------------------------------------------
     def render(self, text: object, layer: object, head: object) -> Figure | str:
-        """The heatmap of ``head`` in ``layer`` on ``text``, or a message saying what is wrong."""
-        problem = self.choice_problem(layer, head)
-        if problem is not None:
-            return problem
+        """The heatmap of ``head`` in ``layer`` on ``text``, or a message saying what is wrong
+        (never an error: a str or int subclass is read by the plain value it holds)."""
+        choice = self._read_choice(layer, head)
+        if isinstance(choice, str):
+            return choice
+        layer, head = choice
         if text is not None and not isinstance(text, str):
             return f"The sentence must be a str, got a {type(text).__name__}."
-        text = (text or "").strip()
+        text = "" if text is None else plain_str(text, "text").strip()
         if not text:
             return "Type a sentence first."
         try:
@@ -408,12 +428,12 @@ class AttentionExplorer:
             from .widgets import _describe_error  # an error whose str() raises is named by type
 
             return f"Cannot draw this sentence: {_describe_error(err, with_type=False)}"
-        if int(layer) >= grid.shape[0] or int(head) >= grid.shape[1]:
+        if layer >= grid.shape[0] or head >= grid.shape[1]:
             return (f"This sentence's attention has {grid.shape[0]} layer(s) of {grid.shape[1]} "
                     f"head(s); layer {layer}, head {head} is not among them.")
         fig, ax = plt.subplots(figsize=(4.6, 3.8), constrained_layout=True)
         try:
-            plot_head(grid[int(layer), int(head)], tokens, ax=ax, title=f"layer {layer}, head {head}")
+            plot_head(grid[layer, head], tokens, ax=ax, title=f"layer {layer}, head {head}")
         except Exception as err:  # e.g. token labels that do not fit: no half-drawn figure
             plt.close(fig)
             from .widgets import _describe_error

@@ -19,7 +19,6 @@ fallback is always printed. No widget state is saved in the notebooks.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,7 +28,7 @@ from IPython.display import display
 from matplotlib.figure import Figure
 
 from ..attention.shapes import dimension_report
-from ..attention.validation import say, shown
+from ..attention.validation import plain_int, plain_str, say, shown
 
 __all__ = ["in_jupyter_kernel", "Explorer", "close_figure", "show", "dimension_explorer",
            "show_dimension_explorer"]
@@ -203,7 +202,8 @@ def show(explorer: Explorer, fallback: str | None = None) -> None:
 
     Like the explorers, it never raises at the learner: an ``explorer`` that is not an
     :class:`Explorer` is answered with a printed message (and nothing is displayed), a
-    ``fallback`` that is not a str with a printed message (and the explorer's own text)."""
+    ``fallback`` that is not a str with a printed message (and the explorer's own text). A str
+    subclass is printed as the plain str it holds (its own methods, which may raise, never run)."""
     if not isinstance(explorer, Explorer):
         say(f"explorer must be an Explorer (e.g. dimension_explorer()), got {type(explorer).__name__} "
               f"{shown(explorer, 60)}; nothing to show.")
@@ -212,6 +212,8 @@ def show(explorer: Explorer, fallback: str | None = None) -> None:
         say(f"fallback must be a str (the text to print) or None, got {type(fallback).__name__} "
               f"{shown(fallback, 60)}; printing the explorer's own text instead.")
         fallback = None
+    if fallback is not None:
+        fallback = plain_str(fallback, "fallback")
     text = explorer.last_text if fallback is None else fallback
     if text:
         say(text)
@@ -237,21 +239,26 @@ def dimension_explorer(batch: int = 2, seq_len: int = 10, d_model: int = 512, nu
     is not on its slider is refused with a message, not an error: the message is printed and
     shown in the explorer's place of the table (``last_text``), and the slider starts from
     the default; moving any slider draws the table for the values shown. A keyword that is
-    not a slider (a typo) gets the same kind of message, naming the four sliders.
+    not a slider (a typo) gets the same kind of message, naming the four sliders. A value that
+    subclasses int is read by the plain int it holds (its own ``__int__``, which may raise, never
+    runs), one whose ``int()`` raises is refused like any other value that is not on the slider.
     """
     requested = {"batch": batch, "seq_len": seq_len, "d_model": d_model, "num_heads": num_heads}
     ranges = {"batch": ("batch B", 1, 8, 1), "seq_len": ("sequence T", 1, 64, 1),
               "d_model": ("d_model", 8, 1024, 8), "num_heads": ("heads h", 1, 16, 1)}
     controls = {}
-    refused = [f"{name}={shown(value, 40)} is not a slider of this explorer (its sliders: "
-               f"{', '.join(ranges)}); ignored." for name, value in unknown.items()]
+    refused = [f"{plain_str(name, 'a keyword')}={shown(value, 40)} is not a slider of this explorer (its "
+               f"sliders: {', '.join(ranges)}); ignored." for name, value in unknown.items()]
     for line in refused:
         say(line)
     for name, (label, low, high, step) in ranges.items():
         value = requested[name]
-        usable = (not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high
-                  and (value - low) % step == 0)  # a NumPy integer is an int too (check_int's rule)
-        start = int(value) if usable else _DIMENSION_DEFAULTS[name]
+        try:  # a NumPy integer is an int too (check_int's rule)
+            number: int | None = plain_int(value, name)
+        except TypeError:
+            number = None
+        usable = number is not None and low <= number <= high and (number - low) % step == 0
+        start = number if usable else _DIMENSION_DEFAULTS[name]
         if not usable:  # a message, not an error: the explorer starts from the default
             refused.append(f"{name}={shown(value, 60)} is not on the slider (whole numbers {low}..{high}"
                            f"{f' in steps of {step}' if step > 1 else ''}); starting from {start}.")
