@@ -526,3 +526,23 @@ def _buffers(cache) -> list[torch.Tensor]:
     if isinstance(cache, QuantizedCache):
         return [t for part in (cache.codes, cache.residual) for x in ("k", "v") for t in part[x]]
     return [*cache.k, *cache.v]
+
+
+@pytest.mark.parametrize("symmetric, huge", [(True, 1e30), (True, -1e7), (False, -1e5), (False, 2e7)])
+def test_quantized_cache_refuses_a_huge_number_in_the_append_that_brings_it(symmetric, huge):
+    """A finite number too large for a float16 scale (1e30) was kept in the float32 residual while
+    its group was not full; the append that filled the group was refused, blaming its own normal
+    keys, and so was every later one: the cache was stuck. It is refused on arrival, naming k_new
+    and its positions, and the cache goes on as if it had never come."""
+    cache = QuantizedCache(1, 1, 2, 4, 8, group=4, symmetric=symmetric)
+    normal = torch.randn(1, 2, 1, 4, generator=torch.Generator().manual_seed(0))
+    cache.append(0, normal, normal)
+    before = [t.clone() for t in _buffers(cache)]
+    with pytest.raises(ValueError, match=r"^k_new \(layer 0, positions 1\.\.1\) holds numbers too large.*"
+                                         r"caught here, not when its group fills"):
+        cache.append(0, torch.full((1, 2, 1, 4), huge), normal)
+    assert cache.length == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, _buffers(cache), strict=True))
+    for _ in range(4):  # the group fills and the next one starts: nothing is stuck
+        cache.append(0, normal, normal)
+    assert cache.length == 5

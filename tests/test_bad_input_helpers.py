@@ -314,3 +314,29 @@ def test_run_with_your_attention_answers_a_base_exception_of_the_learner(raise_i
 
     report = run_with_your_attention(mha_forward, batch_size=2)
     assert words in report.error and report.yours is None
+
+
+@pytest.mark.parametrize("projection", ["3d", "polar"])
+@pytest.mark.parametrize("draw", ["plot_split_merge", "plot_kv_sharing", "plot_kv_cache_growth", "plot_head",
+                                  "plot_block"])
+def test_plots_refuse_3d_and_polar_axes_by_name(draw, projection):
+    """A 3-D or polar Axes is a matplotlib Axes, so check_axes let it through and the drawing
+    failed inside matplotlib (Axes3D.text() missing 's', QuadMesh has no do_3d_projection,
+    KeyError 'top'). It is refused up front, naming ax, its class and its projection."""
+    import matplotlib.pyplot as plt
+
+    from course_utils.interp.heatmaps import plot_head
+
+    weights = masks.masked_softmax(torch.randn(4, 4), masks.causal_mask(4))
+    calls = {"plot_split_merge": split_figure.plot_split_merge, "plot_kv_sharing": plot_kv_sharing,
+             "plot_kv_cache_growth": plot_kv_cache_growth, "plot_block": plot_block,
+             "plot_head": lambda ax: plot_head(weights, list("abcd"), ax=ax)}
+    fig = plt.figure()
+    try:
+        ax = fig.add_subplot(projection=projection)
+        wanted = rf"^ax must be a 2-D matplotlib Axes .*projection '{projection}'"
+        with pytest.raises(TypeError, match=wanted):
+            calls[draw](ax=ax)
+        assert not ax.texts and not ax.collections and not ax.patches  # refused before drawing anything
+    finally:
+        plt.close(fig)

@@ -537,3 +537,29 @@ def test_valid_input_still_works_with_numpy_integers():
     assert loss == pytest.approx(float(by_hand))
     assert best_head(torch.tensor([[0.1, 0.4], [0.3, 0.2]])) == (0, 1)
     assert verdict(0.7) == "present" and verdict(np.float32(0.3)) == "absent"
+
+
+@pytest.mark.parametrize("count, keys, wanted", [
+    (1, [5], r"keyed by evaluation index 0..0, got key int 5, which names no evaluation"),
+    (2, [0], r"means has no entry for evaluations\[1\] \(keys given: \[0\]\)"),
+])
+def test_measure_means_dict_names_the_evaluation_without_means(count, keys, wanted):
+    """A dict means with no entry for an evaluation (or a key naming none) was read as means=None:
+    'method=mean needs means=..., got NoneType', though means was given. The evaluation without
+    an entry, or the stray key, is named, before any run; every ablation entry point agrees."""
+    from course_utils.interp.ablation import ablation_table, loss_evaluation, pruning_curve
+    from course_utils.interp.patching import prunable_counts
+
+    evaluations = [loss_evaluation(TOKENS, TOKENS, name=f"loss{i}") for i in range(count)]
+    means = {key: mean_head_outputs(MODEL, TOKENS) for key in keys}
+    calls = [lambda: measure(MODEL, evaluations, [(0, 0)], method="mean", means=means),
+             lambda: ablation_table(MODEL, evaluations, {"one": [(0, 0)]}, method="mean", means=means),
+             lambda: pruning_curve(MODEL, evaluations, [(0, 0)], method="mean", means=means),
+             lambda: prunable_counts(MODEL, evaluations, [[(0, 0)]], within=lambda n: True,
+                                     method="mean", means=means)]
+    for call in calls:
+        with pytest.raises(ValueError, match=wanted) as caught:
+            call()
+        assert "NoneType" not in str(caught.value)
+    full = {i: mean_head_outputs(MODEL, TOKENS) for i in range(count)}
+    assert measure(MODEL, evaluations, [(0, 0)], method="mean", means=full)  # one entry each: measured

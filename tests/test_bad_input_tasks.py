@@ -164,6 +164,18 @@ def test_worked_example_tables_refuse_negative_decimals():
     assert example.x.frame(decimals=0).shape == example.x.values.shape
 
 
+@pytest.mark.parametrize("decimals", [16, 20])
+def test_worked_example_decimals_above_range_quote_only_allowed_values(decimals):
+    """Too many decimals: the message quoted the range -15..15, yet -15 is refused too; it now
+    quotes 0..15, and both ends of that range are accepted."""
+    example = load_worked_example()
+    with pytest.raises(ValueError, match=rf"decimals must be None or an int in 0\.\.15, got {decimals}$"):
+        side_by_side(example, "Q2", decimals=decimals)
+    with pytest.raises(ValueError, match=rf"decimals must be None or an int in 0\.\.15, got {decimals}$"):
+        example.x.frame(decimals=decimals)
+    assert side_by_side(example, "Q2", decimals=15).shape == side_by_side(example, "Q2", decimals=0).shape
+
+
 # -- battery 7 (a) -----------------------------------------------------------------------------------
 
 # a GPU index no machine here has: on a CPU-only torch "no usable CUDA GPU", else "only N GPU(s)"

@@ -473,7 +473,10 @@ def check_int_list(values: object, name: str, *, minimum: int | None = None,
 
 @_checks_name
 def check_axes(ax: object, name: str = "ax") -> None:
-    """``None`` or a matplotlib ``Axes`` to draw into (a figure, an array of axes or a str is not one)."""
+    """``None`` or a 2-D matplotlib ``Axes`` to draw into. A figure, an array of axes or a str is
+    not one (TypeError); nor is a 3-D, polar or map Axes (``projection=...``; TypeError naming its
+    class and projection): the course's drawings put text, rectangles and heatmaps on x-y
+    coordinates, which such axes cannot hold."""
     if ax is None:
         return
     from matplotlib.axes import Axes
@@ -482,6 +485,11 @@ def check_axes(ax: object, name: str = "ax") -> None:
         hint = " (pick one, e.g. axes[0])" if hasattr(ax, "__len__") and not isinstance(ax, str) else ""
         raise TypeError(f"{name} must be a matplotlib Axes or None (a new figure), got "
                         f"{type(ax).__name__} {shown(ax, 60)}{hint}")
+    projection = getattr(ax, "name", None)
+    if projection != "rectilinear":
+        raise TypeError(f"{name} must be a 2-D matplotlib Axes (a 3-D or polar one cannot hold this "
+                        f"drawing), got {type(ax).__name__} (projection {projection!r}); make one with "
+                        f"plt.subplots() or fig.add_subplot() without projection=")
 
 
 @_checks_name

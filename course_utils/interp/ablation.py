@@ -339,15 +339,45 @@ def _check_unused_means(means: object, model: TinyTransformer, seq_lens: Sequenc
     for i, fill in fills:
         label = f"means[{shown(i)}]" if isinstance(means, dict) and per_evaluation else "means"
         try:
-            if isinstance(means, dict) and per_evaluation and (not isinstance(i, int) or isinstance(i, bool)
-                                            or not 0 <= i < len(seq_lens)):
-                raise ValueError(f"a dict means is keyed by evaluation index 0..{len(seq_lens) - 1}, got key "
-                                 f"{type(i).__name__} {shown(i, 40)}")
+            if isinstance(means, dict) and per_evaluation:
+                _check_means_key(i, len(seq_lens))
             _check_means(fill, model, seq_lens[i])
         except (TypeError, ValueError) as error:
             raise type(error)(f"{label} is given with method='zero', which leaves it unused (only "
                               f"method='mean' reads it), but it is not means that method='mean' could "
                               f"use: {error}") from None
+
+
+def _check_means_key(key: object, count: int) -> None:
+    """A key of a dict ``means``: an evaluation index ``0..count - 1``."""
+    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < count:
+        raise ValueError(f"a dict means is keyed by evaluation index 0..{count - 1}, got key "
+                         f"{type(key).__name__} {shown(key, 40)}, which names no evaluation")
+
+
+def _check_means_given(means: object, model: TinyTransformer, seq_lens: Sequence[int], method: str) -> None:
+    """``means`` as :func:`measure` and its kin take it, before any run: with ``method="zero"``
+    :func:`_check_unused_means`; with ``method="mean"`` a dict ``{index: tensor}`` must key
+    evaluation indices only and hold an entry for every evaluation (ValueError naming the
+    evaluation without one and the keys given), each entry a tensor ``_check_means`` accepts
+    (its message names ``means[i]``). One tensor (or None) is checked where it is used."""
+    if method == "zero":
+        _check_unused_means(means, model, seq_lens)
+        return
+    if not isinstance(means, dict):
+        return
+    for key in means:
+        _check_means_key(key, len(seq_lens))
+    missing = [i for i in range(len(seq_lens)) if i not in means]
+    if missing:
+        raise ValueError(f"means has no entry for evaluations[{missing[0]}] (keys given: "
+                         f"{shown(sorted(means), 60)}): with method='mean' a dict means needs one "
+                         f"tensor per evaluation, keys 0..{len(seq_lens) - 1}, or pass one tensor for all")
+    for i, fill in means.items():
+        try:
+            _check_means(fill, model, seq_lens[i])
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"means[{i}]: {error}") from None
 
 
 def ablated_logits(model: TinyTransformer, tokens: Tensor, heads: Sequence[Head], *,
@@ -630,13 +660,13 @@ def measure(model: TinyTransformer, evaluations: Evaluation | Sequence[Evaluatio
     """Every evaluation's numbers with ``heads`` switched off, merged into one dict.
 
     ``means`` is one tensor for every evaluation, or ``{index: tensor}`` per evaluation
-    (batches whose means differ, e.g. per-position means of different lengths). With
-    ``method="zero"`` it is unused, but still checked (:func:`_check_unused_means`).
+    (batches whose means differ, e.g. per-position means of different lengths), one entry per
+    evaluation: a missing entry or a key that names no evaluation is a ValueError before any
+    run. With ``method="zero"`` it is unused, but still checked (:func:`_check_means_given`).
     """
     evaluations = _check_evaluations(evaluations, model)
     method = _check_method(method)
-    if method == "zero":
-        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
+    _check_means_given(means, model, [e.tokens.shape[1] for e in evaluations], method)
     result: dict[str, float] = {}
     for i, evaluation in enumerate(evaluations):
         fill = means.get(i) if isinstance(means, dict) else means
@@ -731,8 +761,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     evaluations = _check_evaluations(evaluations, model)
     method = _check_method(method)
     cases = {name: _check_heads(heads, model, f"cases[{shown(name)}]") for name, heads in cases.items()}
-    if method == "zero":
-        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
+    _check_means_given(means, model, [e.tokens.shape[1] for e in evaluations], method)
     # Each case enters the first block its heads change at the intact run's stream and head
     # outputs there (one intact run per evaluation): the blocks below it, and that block's
     # attention, would compute the same numbers again.
@@ -850,8 +879,7 @@ def pruning_curve(model: TinyTransformer, evaluations: Evaluation | Sequence[Eva
     counts = range(len(order) + 1) if counts is None else _check_counts(counts, len(order))
     evaluations = _check_evaluations(evaluations, model)
     method = _check_method(method)
-    if method == "zero":
-        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
+    _check_means_given(means, model, [e.tokens.shape[1] for e in evaluations], method)
     total = len(all_heads(model))
     # k heads off is k' < k heads off plus order[k':k]: the run for k enters the first block
     # those change at the run for k' (the largest k' measured so far; 0: the intact run): its

@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..attention.validation import (
+    check_axes,
     check_callable,
     check_distinct,
     check_fits_in_memory,
@@ -170,7 +171,8 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
     ``weights`` and its shape: past that a cell is smaller than a pixel and drawing takes
     minutes; plot a window instead). An axis of more than :data:`MAX_LABELLED_POSITIONS` (64)
     positions labels every k-th one only, to stay quick and readable; the lessons' heatmaps are
-    shorter and labelled in full.
+    shorter and labelled in full. ``ax``: None (a new figure) or a 2-D Axes; anything else, a 3-D
+    or polar Axes included, is refused with a TypeError naming ``ax`` (:func:`check_axes`).
     """
     matrix = _as_matrix(weights)
     _check_positions(matrix.shape, "weights")
@@ -185,8 +187,7 @@ def plot_head(weights: torch.Tensor | np.ndarray, tokens: Sequence[str], *,
             and all(isinstance(flag, bool) for flag in label_axes)):
         raise TypeError(f"label_axes must be a pair of bools (x labels, y labels), got "
                         f"{shown_value(label_axes, 60)}")
-    if ax is not None and not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
+    check_axes(ax)
     rows = _check_tokens(tokens, matrix.shape[0], "query")
     cols = (_check_tokens(rows, matrix.shape[1], "key") if key_tokens is None
             else _check_tokens(key_tokens, matrix.shape[1], "key", "key_tokens"))

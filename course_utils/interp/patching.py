@@ -73,6 +73,7 @@ from .ablation import (
     _check_heads,
     _check_importance,
     _check_means,
+    _check_means_given,
     _check_method,
     _check_model,
     _check_numbers,
@@ -767,8 +768,7 @@ def prunable_counts(model: TinyTransformer, evaluations: Evaluation | Sequence[E
     check_callable(map_fn, "map_fn", "a function like map (fn, parts) -> results", nargs=2)
     evaluations = _check_evaluations(evaluations, model)
     method = _check_method(method)
-    if method == "zero":  # unused, but checked as measure checks it
-        _check_unused_means(means, model, [e.tokens.shape[1] for e in evaluations])
+    _check_means_given(means, model, [e.tokens.shape[1] for e in evaluations], method)  # as measure does
     check_callable(within, "within", "a function (numbers: dict) -> bool", nargs=1)
     orders = _check_orders(orders, model)
     if known is not None and not (isinstance(known, dict) and all(isinstance(k, frozenset) for k in known)):

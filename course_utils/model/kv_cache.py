@@ -598,6 +598,28 @@ def quantized_bytes_per_token(num_kv_heads: int, d_head: int, *, keys: str = "ch
     return total
 
 
+#: The numbers every group can quantize, whatever else it holds: symmetric, ``|x| <= 127 * 65504``
+#: (``max|x| / 127``, the scale, fits float16); asymmetric, ``-65504 <= x <= 254 * 65504`` (the
+#: zero point ``min x`` and the scale ``(max x - min x) / 255`` fit float16).
+_CODABLE = {True: (-127 * 65504.0, 127 * 65504.0), False: (-65504.0, 254 * 65504.0)}
+
+
+def _check_codable(new: Tensor, name: str, where: str, symmetric: bool) -> None:
+    """Keys or values ``new`` (finite) appended to a :class:`QuantizedCache`: each number within
+    :data:`_CODABLE`, checked per number as they arrive, so that a number too large is refused in
+    the append that brings it (naming ``name`` and ``where``), not in the later one that fills its
+    group, which would then blame other numbers and refuse every append after it."""
+    if new.numel() == 0:  # an empty append brings no number
+        return
+    low, high = _CODABLE[symmetric]
+    smallest, largest = new.min().item(), new.max().item()
+    if smallest < low or largest > high:
+        scheme = "symmetric: |x| / 127" if symmetric else "asymmetric: the zero point and (max - min) / 255"
+        raise ValueError(f"{name} ({where}) holds numbers too large for 8-bit codes with a float16 scale "
+                         f"({scheme} must fit float16): each must lie in {low:.4g}..{high:.4g}, got "
+                         f"min {smallest:.4g}, max {largest:.4g}; caught here, not when its group fills")
+
+
 class QuantizedCache(_StepOrder):
     """A preallocated cache of 8-bit keys and values, quantized a group of ``group`` tokens at a time.
 
@@ -716,8 +738,11 @@ class QuantizedCache(_StepOrder):
         gradients (``k_new`` may require grad, as in a forward outside ``torch.no_grad``; the
         8-bit rounding has no gradient to give back). ``k_new`` and ``v_new`` are float32, what
         the cache returns (another dtype is a TypeError, as for the other caches, not a silent
-        cast). Everything is checked, and every group quantized, before anything is written: a
-        refused append leaves the cache as it was."""
+        cast). NaN, infinity and numbers no group could quantize (outside :data:`_CODABLE`: ``|x|``
+        above about ``8.3e6`` symmetric; below ``-65504`` or above about ``1.66e7`` asymmetric) are
+        a ValueError naming ``k_new`` or ``v_new`` and the positions, in the append that brings them.
+        Everything is checked, and every group quantized, before anything is written: a refused
+        append leaves the cache as it was."""
         B, g, dk = self._like()
         layer = _check_new(k_new, v_new, layer, self.num_layers, (B, g, dk), self.codes["k"][0].device)
         _check_dtype(k_new, self.residual["k"][0].dtype,  # float32, fixed: no silent cast
@@ -731,6 +756,7 @@ class QuantizedCache(_StepOrder):
         for name, new in (("k_new", k_new), ("v_new", v_new)):  # caught here, not when its group fills
             if not torch.isfinite(new).all():
                 raise ValueError(f"{name} holds NaN or infinity ({where}): they have no 8-bit code")
+            _check_codable(new, name, where, self.symmetric)
         G = self.group
         with torch.no_grad():  # a cache stores numbers, not a graph (torch.mul(out=...) refuses one)
             plans = {}

@@ -620,12 +620,16 @@ def _check_decimals(decimals: object, *, none_ok: bool = False) -> int:
     """The decimals a value is rounded to: an int in 0..``MAX_DECIMALS`` (15; float64 holds about
     15 significant digits; 10.0**decimals overflows beyond ~300). A negative count is refused: it
     rounds to tens, which turns every value of the worked example (all well below 10) into 0, and
-    :meth:`Table.frame` refuses it too. ``none_ok``: the message says None would do too (the
-    caller handles None)."""
-    decimals = check_int(decimals, "decimals", minimum=-MAX_DECIMALS, maximum=MAX_DECIMALS)
+    :meth:`Table.frame` refuses it too. A non-int gets a TypeError; an int below 0 or above 15 a
+    ValueError quoting the range 0..15. ``none_ok``: the message says None would do too (the caller
+    handles None)."""
+    decimals = check_int(decimals, "decimals")
+    wanted = f"decimals must be {'None or ' if none_ok else ''}an int"
     if decimals < 0:
-        raise ValueError(f"decimals must be {'None or ' if none_ok else ''}an int >= 0 (a negative count "
-                         f"rounds to tens, which shows every value here as 0), got {decimals}")
+        raise ValueError(f"{wanted} >= 0 (a negative count rounds to tens, which shows every value here "
+                         f"as 0), got {decimals}")
+    if decimals > MAX_DECIMALS:  # the one range the message quotes: 0..MAX_DECIMALS, never below 0
+        raise ValueError(f"{wanted} in 0..{MAX_DECIMALS}, got {decimals}")
     return decimals
 
 
