@@ -33,8 +33,18 @@ alone, so no rule could relay only the latter. From another shell, stop them wit
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import _signal  # built in, so it loads at once: SIGINT/SIGTERM are noted before any import that takes time
+
+_early_signals: list[int] = []
+if __name__ == "__main__":
+    # A signal from here until cli.stop_at_once below (the imports of pathlib, course_cli and cli
+    # take 0.1 s or more) is noted instead of raising a KeyboardInterrupt traceback in them; it is
+    # raised again once stop_at_once's handlers are set, which stop with the one line (130/143).
+    for _sig in (_signal.SIGINT, _signal.SIGTERM):
+        _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 
@@ -53,6 +63,8 @@ def _load_cli():
 cli = _load_cli()
 if __name__ == "__main__":
     cli.stop_at_once("course.py")  # before its other imports: a signal while it starts gets one line
+    if _early_signals:  # noted above, before the handlers were set
+        _signal.raise_signal(_early_signals[0])
 
 import hashlib  # noqa: E402
 import os  # noqa: E402

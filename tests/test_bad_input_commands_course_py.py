@@ -101,7 +101,8 @@ def test_course_test_refuses_a_path_outside_the_repository(monkeypatch, capsys, 
 
 
 # -- every tool sets its one-line signal guard before its other imports -----------------------------
-_BEFORE_GUARD = {"__future__", "sys", "pathlib", "course_cli"}  # what the guard itself needs
+# what the guard itself needs (course.py notes signals with the built-in _signal before the rest)
+_BEFORE_GUARD = {"__future__", "_signal", "sys", "pathlib", "course_cli"}
 
 
 def _imported(node: ast.stmt) -> set[str]:
@@ -682,3 +683,34 @@ def test_a_check_leaves_the_answers_torch_modes(answer, monkeypatch):
             _pop_mode()
         torch.set_autocast_enabled("cpu", before[2])
     assert after == before
+
+
+# -- a SIGINT while course.py imports what its guard needs gets the one line, not a traceback -------
+_SIGNAL_AT_IMPORT = r"""
+import builtins, runpy, signal, sys
+module, course = sys.argv[1:3]
+real = builtins.__import__
+def signal_first(name, *args, **kwargs):
+    if name == module and sys._getframe(1).f_code.co_filename == course:
+        # Ctrl-C just as course.py imports it: deterministic, no timing
+        builtins.__import__ = real
+        signal.raise_signal(signal.SIGINT)
+    return real(name, *args, **kwargs)
+builtins.__import__ = signal_first
+sys.argv = [course, "publish", "--check"]
+runpy.run_path(course, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("module", ["sys", "pathlib", "course_cli"])
+def test_course_py_sigint_while_importing_its_guard_gets_one_line(module, tmp_path):
+    """A Ctrl-C in course.py's first ~0.2 s (importing pathlib and scripts/course_cli.py, before
+    cli.stop_at_once) gave a KeyboardInterrupt traceback from _load_cli: course.py notes the
+    signals first thing, with the built-in _signal, and stops once its handlers are set."""
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, module, str(ROOT / "course.py")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, COURSE_VENV=sys.prefix))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "course.py: interrupted by SIGINT while starting; nothing was written", \
+        done.stderr
