@@ -31,17 +31,22 @@ alone, so no rule could relay only the latter. From another shell, stop them wit
 (``kill PID``: exit 143) or with SIGINT to the group.
 """
 
-from __future__ import annotations
-
-import _signal  # built in, so it loads at once: SIGINT/SIGTERM are noted before any import that takes time
+# No `from __future__ import annotations` here: importing __future__ runs the import system's own
+# code, where a Ctrl-C would raise before the handler below is set (its annotations work on 3.10).
+import _signal  # built in and loaded already: SIGINT/SIGTERM are noted before any import that takes time
 
 _early_signals: list[int] = []
 if __name__ == "__main__":
     # A signal from here until cli.stop_at_once below (the imports of pathlib, course_cli and cli
     # take 0.1 s or more) is noted instead of raising a KeyboardInterrupt traceback in them; it is
     # raised again once stop_at_once's handlers are set, which stop with the one line (130/143).
-    for _sig in (_signal.SIGINT, _signal.SIGTERM):
-        _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
+    try:
+        for _sig in (_signal.SIGINT, _signal.SIGTERM):
+            _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
+    except KeyboardInterrupt:  # it came before the handler was set (signal.signal checks first)
+        _early_signals.append(_signal.SIGINT)
+        for _sig in (_signal.SIGINT, _signal.SIGTERM):
+            _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
 
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -714,3 +714,14 @@ def test_course_py_sigint_while_importing_its_guard_gets_one_line(module, tmp_pa
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "course.py: interrupted by SIGINT while starting; nothing was written", \
         done.stderr
+
+
+def test_course_py_sets_its_signal_note_before_any_import_that_runs_python_code():
+    """Even `from __future__ import annotations` runs the import system's Python code (__future__
+    is not loaded at start-up), where an early Ctrl-C gave a traceback at course.py's line 34:
+    the first statement after the docstring imports the built-in _signal and the next sets the note."""
+    body = ast.parse((ROOT / "course.py").read_text(encoding="utf-8")).body
+    assert isinstance(body[0], ast.Expr)  # the docstring
+    assert _imported(body[1]) == {"_signal"}, ast.unparse(body[1])
+    assert "_signal.signal(" in ast.unparse(body[3]) and not _imported(body[2]) | _imported(body[3]), \
+        ast.unparse(body[3])
