@@ -554,7 +554,7 @@ def test_lab_names_a_path_to_open_with_a_name_too_long(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("course.py lab: a path to open must name a notebook or folder, each name in it")
     assert "File name too long" in err and len(err.splitlines()) == 1, err
-    assert course_py.lab_value_problems(["--port", "8888", "--notebook-dir", "n" * 300, "student"]) == []
+    assert course_py.lab_value_problems(["--port", "8888", "--app-dir", "n" * 300, "student"]) == []
 
 
 def test_lab_negative_port_is_out_of_range_not_missing():
@@ -725,3 +725,30 @@ def test_course_py_sets_its_signal_note_before_any_import_that_runs_python_code(
     assert _imported(body[1]) == {"_signal"}, ast.unparse(body[1])
     assert "_signal.signal(" in ast.unparse(body[3]) and not _imported(body[2]) | _imported(body[3]), \
         ast.unparse(body[3])
+
+
+# -- lab --notebook-dir: a root folder that does not hold the lesson, or no folder, refused at once ----
+@pytest.mark.parametrize("args", [["--notebook-dir=."], ["--notebook-dir", "student"],
+                                  ["--ServerApp.root_dir=student", "--no-browser"]])
+def test_course_lab_takes_a_root_folder_that_holds_the_lesson(args):
+    course = load_course()
+    assert course.lab_value_problems(args) == []
+    assert course.lab_args(["--notebook-dir=."])[-1].endswith("00_start_here.ipynb")
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--notebook-dir=/tmp"], "--notebook-dir /tmp does not hold student/00_start_here.ipynb"),
+    (["--ServerApp.root_dir", "/tmp"], "--ServerApp.root_dir /tmp does not hold student/00_start_here.ipynb"),
+    (["--notebook-dir=/no/such/folder"], "--notebook-dir '/no/such/folder' is not a folder"),
+    (["--ServerApp.root_dir", "/no/such/folder"], "--ServerApp.root_dir '/no/such/folder' is not a folder"),
+    (["--no-browser", "--notebook-dir"], "--notebook-dir needs a value"),
+])
+def test_course_lab_refuses_a_root_folder_it_cannot_use_before_starting(args, named, monkeypatch, capsys):
+    """course.py appended student/00_start_here.ipynb after --notebook-dir=/tmp: JupyterLab started,
+    then stopped with "`root_dir` and `file_to_run` are incompatible"; a missing folder, "Bad config"."""
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_environment", lambda: pytest.fail("installed or started"))
+    monkeypatch.setattr(course.cli, "call", lambda *a, **k: pytest.fail("JupyterLab started"))
+    assert course.main(["lab", *args]) == 2
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1 and "Traceback" not in err, err
