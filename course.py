@@ -18,7 +18,8 @@ wheel index) to avoid a large CUDA build of torch on Linux.
 
 `python3 course.py --help` (or -h) prints this text (exit 0; with no command at all, exit 2).
 An unknown command, or a test path that does not exist, is named on stderr (exit 2)
-before anything is installed or run; an option JupyterLab does not know, before it starts.
+before anything is installed or run; an option JupyterLab does not know, or a --notebook-dir
+that is no folder or does not hold the lesson it opens (student/00_start_here.ipynb), before it starts.
 Interrupted (Ctrl-C, SIGINT, or SIGTERM), a command stops with one line on stderr saying what
 was left as it was, and exits 130 or 143. One exception: ``test`` and ``lab`` pass a SIGTERM on
 to pytest / JupyterLab, but not a SIGINT sent to course.py's pid alone (``kill -INT PID``): that
@@ -31,10 +32,25 @@ alone, so no rule could relay only the latter. From another shell, stop them wit
 (``kill PID``: exit 143) or with SIGINT to the group.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: importing __future__ runs the import system's own
+# code, where a Ctrl-C would raise before the handler below is set (its annotations work on 3.10).
+import _signal  # built in and loaded already: SIGINT/SIGTERM are noted before any import that takes time
 
-import sys
-from pathlib import Path
+_early_signals: list[int] = []
+if __name__ == "__main__":
+    # A signal from here until cli.stop_at_once below (the imports of pathlib, course_cli and cli
+    # take 0.1 s or more) is noted instead of raising a KeyboardInterrupt traceback in them; it is
+    # raised again once stop_at_once's handlers are set, which stop with the one line (130/143).
+    try:
+        for _sig in (_signal.SIGINT, _signal.SIGTERM):
+            _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
+    except KeyboardInterrupt:  # it came before the handler was set (signal.signal checks first)
+        _early_signals.append(_signal.SIGINT)
+        for _sig in (_signal.SIGINT, _signal.SIGTERM):
+            _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 
@@ -53,6 +69,8 @@ def _load_cli():
 cli = _load_cli()
 if __name__ == "__main__":
     cli.stop_at_once("course.py")  # before its other imports: a signal while it starts gets one line
+    if _early_signals:  # noted above, before the handlers were set
+        _signal.raise_signal(_early_signals[0])
 
 import hashlib  # noqa: E402
 import os  # noqa: E402
@@ -557,6 +575,22 @@ def _lab_option_values(args: list[str], names: tuple[str, ...]) -> list[tuple[st
     return found
 
 
+#: the options that set JupyterLab's root folder (its alias and the settings, as traitlets spells them)
+LAB_ROOT_OPTIONS = ("--notebook-dir", "--ServerApp.root_dir", "--ServerApp.notebook_dir",
+                    "--NotebookApp.notebook_dir", "--ServerApp.root-dir", "--ServerApp.notebook-dir",
+                    "--NotebookApp.notebook-dir")
+
+
+def lab_args(args: list[str]) -> list[str]:
+    """``lab``'s arguments for JupyterLab: with only options, the learner's copy of lesson 00 is
+    opened (a root folder given, --notebook-dir, --ServerApp.root_dir, ..., must hold it:
+    :func:`lab_value_problems` refuses one that does not, as JupyterLab would only once started)."""
+    if any(not a.startswith("-") for a in args):
+        return list(args)
+    first = ROOT / "student" / "00_start_here.ipynb"
+    return [*args, str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb")]
+
+
 def _is_option(arg: str) -> bool:
     """Whether ``arg`` reads as an option, not a value (``-1`` is a value: a port out of range)."""
     return arg.startswith("-") and not arg[1:].isdigit()
@@ -589,11 +623,13 @@ def lab_value_problems(args: list[str]) -> list[str]:
     would end in a socket traceback, start on a port no socket can have, or try no port at all. A
     port lies in 0..65535 (0: the system picks a free one); an address must resolve ('' or '*':
     every interface). One given without its value (last, or before another option) is named:
-    JupyterLab took the lesson's path, appended after the options, as the value."""
+    JupyterLab took the lesson's path, appended after the options, as the value. A root folder
+    (--notebook-dir, --ServerApp.root_dir, ...; relative to the repository) must be a folder."""
     import socket
 
     examples = {name: example for names, (*_, example) in LAB_NUMBERS.items() for name in names}
     examples.update({"--ip": "127.0.0.1", "--ServerApp.ip": "127.0.0.1"})
+    examples.update({name: "student" for name in LAB_ROOT_OPTIONS})
     problems = [f"{arg} needs a value (e.g. {arg}={examples[arg]})"
                 for i, arg in enumerate(args)  # last, or before an option: the lesson's path became it
                 if arg in examples and (i + 1 == len(args) or _is_option(args[i + 1]))]
@@ -614,6 +650,23 @@ def lab_value_problems(args: list[str]) -> list[str]:
             problem = cli.path_problem(ROOT / arg, "a path to open", "a notebook or folder")
             if problem:
                 problems.append(problem)
+    for option, value in _lab_option_values(args, LAB_ROOT_OPTIONS):  # JupyterLab: "Bad config" or worse
+        try:
+            folder = (ROOT / Path(value).expanduser()).is_dir()
+        except (OSError, RuntimeError, ValueError) as exc:  # a name too long, a NUL, no home
+            folder = exc
+        if folder is not True:
+            why = f": {cli.one_line(str(folder))}" if isinstance(folder, Exception) else ""
+            problems.append(f"{option} {value!r} is not a folder (the folder JupyterLab opens){why}")
+            continue
+        lesson = Path(lab_args([])[-1])
+        root = (ROOT / Path(value).expanduser()).resolve()
+        opens_lesson = not any(not _is_option(a) and a != value for a in args)
+        if opens_lesson and not lesson.resolve().is_relative_to(root):
+            problems.append(f"{option} {value} does not hold {lesson.relative_to(ROOT)} (the lesson "
+                            "course.py opens: JupyterLab refuses a file outside its root, and nbgrader "
+                            "needs the course inside it); give a folder that holds it, or a notebook "
+                            "in the folder to open")
     for option, value in _lab_option_values(args, ("--ip", "--ServerApp.ip")):
         if value in ("", "*"):
             continue
@@ -778,9 +831,7 @@ def _main(argv: list[str]) -> int:
                   "(JupyterLab's options are listed by `.venv/bin/jupyter lab --help`; any setting also as "
                   "--Class.trait=VALUE); JupyterLab was not started", file=sys.stderr)
             return 2
-        if not any(not a.startswith("-") for a in args):  # only options: the learner's copy of lesson 00
-            first = ROOT / "student" / "00_start_here.ipynb"
-            args.append(str(first if first.exists() else ROOT / "notebooks" / "00_start_here.ipynb"))
+        args = lab_args(args)
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             args.append("--allow-root")
         # Ctrl-C is Jupyter's to answer (it asks before it stops): only SIGTERM is relayed (a relayed

@@ -101,7 +101,8 @@ def test_course_test_refuses_a_path_outside_the_repository(monkeypatch, capsys, 
 
 
 # -- every tool sets its one-line signal guard before its other imports -----------------------------
-_BEFORE_GUARD = {"__future__", "sys", "pathlib", "course_cli"}  # what the guard itself needs
+# what the guard itself needs (course.py notes signals with the built-in _signal before the rest)
+_BEFORE_GUARD = {"__future__", "_signal", "sys", "pathlib", "course_cli"}
 
 
 def _imported(node: ast.stmt) -> set[str]:
@@ -553,7 +554,7 @@ def test_lab_names_a_path_to_open_with_a_name_too_long(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("course.py lab: a path to open must name a notebook or folder, each name in it")
     assert "File name too long" in err and len(err.splitlines()) == 1, err
-    assert course_py.lab_value_problems(["--port", "8888", "--notebook-dir", "n" * 300, "student"]) == []
+    assert course_py.lab_value_problems(["--port", "8888", "--app-dir", "n" * 300, "student"]) == []
 
 
 def test_lab_negative_port_is_out_of_range_not_missing():
@@ -682,3 +683,72 @@ def test_a_check_leaves_the_answers_torch_modes(answer, monkeypatch):
             _pop_mode()
         torch.set_autocast_enabled("cpu", before[2])
     assert after == before
+
+
+# -- a SIGINT while course.py imports what its guard needs gets the one line, not a traceback -------
+_SIGNAL_AT_IMPORT = r"""
+import builtins, runpy, signal, sys
+module, course = sys.argv[1:3]
+real = builtins.__import__
+def signal_first(name, *args, **kwargs):
+    if name == module and sys._getframe(1).f_code.co_filename == course:
+        # Ctrl-C just as course.py imports it: deterministic, no timing
+        builtins.__import__ = real
+        signal.raise_signal(signal.SIGINT)
+    return real(name, *args, **kwargs)
+builtins.__import__ = signal_first
+sys.argv = [course, "publish", "--check"]
+runpy.run_path(course, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("module", ["sys", "pathlib", "course_cli"])
+def test_course_py_sigint_while_importing_its_guard_gets_one_line(module, tmp_path):
+    """A Ctrl-C in course.py's first ~0.2 s (importing pathlib and scripts/course_cli.py, before
+    cli.stop_at_once) gave a KeyboardInterrupt traceback from _load_cli: course.py notes the
+    signals first thing, with the built-in _signal, and stops once its handlers are set."""
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_AT_IMPORT, module, str(ROOT / "course.py")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, COURSE_VENV=sys.prefix))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "course.py: interrupted by SIGINT while starting; nothing was written", \
+        done.stderr
+
+
+def test_course_py_sets_its_signal_note_before_any_import_that_runs_python_code():
+    """Even `from __future__ import annotations` runs the import system's Python code (__future__
+    is not loaded at start-up), where an early Ctrl-C gave a traceback at course.py's line 34:
+    the first statement after the docstring imports the built-in _signal and the next sets the note."""
+    body = ast.parse((ROOT / "course.py").read_text(encoding="utf-8")).body
+    assert isinstance(body[0], ast.Expr)  # the docstring
+    assert _imported(body[1]) == {"_signal"}, ast.unparse(body[1])
+    assert "_signal.signal(" in ast.unparse(body[3]) and not _imported(body[2]) | _imported(body[3]), \
+        ast.unparse(body[3])
+
+
+# -- lab --notebook-dir: a root folder that does not hold the lesson, or no folder, refused at once ----
+@pytest.mark.parametrize("args", [["--notebook-dir=."], ["--notebook-dir", "student"],
+                                  ["--ServerApp.root_dir=student", "--no-browser"]])
+def test_course_lab_takes_a_root_folder_that_holds_the_lesson(args):
+    course = load_course()
+    assert course.lab_value_problems(args) == []
+    assert course.lab_args(["--notebook-dir=."])[-1].endswith("00_start_here.ipynb")
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--notebook-dir=/tmp"], "--notebook-dir /tmp does not hold student/00_start_here.ipynb"),
+    (["--ServerApp.root_dir", "/tmp"], "--ServerApp.root_dir /tmp does not hold student/00_start_here.ipynb"),
+    (["--notebook-dir=/no/such/folder"], "--notebook-dir '/no/such/folder' is not a folder"),
+    (["--ServerApp.root_dir", "/no/such/folder"], "--ServerApp.root_dir '/no/such/folder' is not a folder"),
+    (["--no-browser", "--notebook-dir"], "--notebook-dir needs a value"),
+])
+def test_course_lab_refuses_a_root_folder_it_cannot_use_before_starting(args, named, monkeypatch, capsys):
+    """course.py appended student/00_start_here.ipynb after --notebook-dir=/tmp: JupyterLab started,
+    then stopped with "`root_dir` and `file_to_run` are incompatible"; a missing folder, "Bad config"."""
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_environment", lambda: pytest.fail("installed or started"))
+    monkeypatch.setattr(course.cli, "call", lambda *a, **k: pytest.fail("JupyterLab started"))
+    assert course.main(["lab", *args]) == 2
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1 and "Traceback" not in err, err

@@ -1542,3 +1542,36 @@ def test_common_slips_get_a_named_mistake(check, answer, key):
     module, name = check.split(".")
     feedback = getattr(importlib.import_module(f"course_utils.exercises.{module}"), name)(answer)
     assert feedback.status == "mistake" and feedback.mistake == key, feedback
+
+
+# -- 4.2: an answer that changes the caller's list is told which change it made ---------------
+
+def _stack_then(edit):
+    def answer(q_parts, k_parts, v_parts):
+        out = torch.cat([*q_parts, *k_parts, *v_parts], dim=0)
+        edit(q_parts)
+        return out
+    return answer
+
+
+def _swap_in_new(q_parts):
+    q_parts[0] = torch.ones_like(q_parts[0])
+
+
+def _zero_all(q_parts):
+    for t in q_parts:
+        t.zero_()
+
+
+@pytest.mark.parametrize("edit, said, not_said", [
+    (lambda q: q.append(q[0]), "grew", ("shrank", "reordered", "in place (zero_")),
+    (lambda q: q.pop(), "shrank", ("grew", "3*h", "extend")),
+    (lambda q: q.reverse(), "reordered", ("grew", "3*h", "extend")),
+    (_swap_in_new, "put other tensors", ("grew", "3*h", "extend")),
+    (_zero_all, "edited the tensors", ("grew", "3*h", "extend", "reordered")),
+], ids=["grown", "shrunk", "reversed", "replaced", "zeroed"])
+def test_stack_check_names_the_change_made_to_a_callers_list(edit, said, not_said):
+    feedback = lesson04.check_stack_head_weights(_stack_then(edit))
+    assert feedback.status == "mistake" and feedback.mistake == "changed_callers_list", feedback
+    assert said in feedback.message and "`q_parts`" in feedback.message, feedback.message
+    assert not any(word in feedback.message for word in not_said), feedback.message

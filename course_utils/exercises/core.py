@@ -3882,6 +3882,9 @@ class ListCopyCase(Case):
         given = tuple([t.clone() if isinstance(t, torch.Tensor) else t for t in a] if isinstance(a, list)
                       else a.clone() if isinstance(a, torch.Tensor) else a for a in self.args)
         self.__dict__["given"] = given
+        # the items each list held when handed over: an item that is still there but holds other
+        # values was edited in place, one that is gone was replaced or removed
+        self.__dict__["handed"] = tuple(list(a) if isinstance(a, list) else None for a in given)
         return given, dict(self.kwargs)
 
 
@@ -3906,11 +3909,13 @@ class WatchesGivenLists:
                 original = self._stored_case(index, case).args  # type: ignore[attr-defined]
             except _StoreProblem as exc:
                 return Feedback(feedback.exercise, "error", str(exc))
-            edited = self._list_edit(original, case.__dict__.get("given"))
+            edited = self._list_edit(original, case.__dict__.get("given"), case.__dict__.get("handed"))
             if edited is not None:
                 return edited
         return feedback
 
-    def _list_edit(self, original: tuple, given: tuple | None) -> Feedback | None:
-        """The feedback for an answer that changed a list it was given, or None."""
+    def _list_edit(self, original: tuple, given: tuple | None,
+                   handed: tuple | None = None) -> Feedback | None:
+        """The feedback for an answer that changed a list it was given, or None. ``handed`` holds,
+        for each list argument, the items it held when handed over (None for other arguments)."""
         raise NotImplementedError

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -206,29 +207,102 @@ def _stack_cases() -> list[Case]:
     return cases
 
 
-def _changed_list(original: tuple, given: tuple | None) -> str | None:
-    """The name of the first list argument the answer changed (items added, removed, replaced
-    or edited), or None."""
-    for name, mine, theirs in zip(("q_parts", "k_parts", "v_parts"), original, given or (), strict=False):
+def _same_tensor(a: Any, b: Any) -> bool:
+    return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape \
+        and torch.equal(a.detach(), b.detach())
+
+
+def _list_change(mine: list, theirs: Any, handed: list | None) -> str | None:
+    """How the answer changed the list ``theirs`` it was given, whose items should equal ``mine``
+    (``handed``: the very items it held when handed over): "grown", "shrunk", "reordered",
+    "replaced" (other tensors in it), "edited" (its tensors changed in place), or None."""
+    if not isinstance(theirs, list):
+        return "replaced"
+    if len(theirs) > len(mine):
+        return "grown"
+    if len(theirs) < len(mine):
+        return "shrunk"
+    if all(_same_tensor(t, m) for m, t in zip(mine, theirs, strict=True)):
+        return None
+    if isinstance(handed, list) and len(handed) == len(theirs):
+        if all(t is h for t, h in zip(theirs, handed, strict=True)):
+            return "edited"  # the same tensor objects, in the same places, holding other values
+        if sorted(map(id, theirs)) == sorted(map(id, handed)):
+            # the same objects in other places: reordered, unless some were also edited
+            rest = list(mine)
+            for t in theirs:
+                match = next((i for i, m in enumerate(rest) if _same_tensor(t, m)), None)
+                if match is None:
+                    return "edited"
+                rest.pop(match)
+            return "reordered"
+    rest = list(mine)
+    for t in theirs:  # without the handed-over items, tell a reorder by the values alone
+        match = next((i for i, m in enumerate(rest) if _same_tensor(t, m)), None)
+        if match is None:
+            return "replaced"
+        rest.pop(match)
+    return "reordered"
+
+
+def _changed_list(original: tuple, given: tuple | None,
+                  handed: tuple | None = None) -> tuple[str, str] | None:
+    """The name of the first list argument the answer changed, and how (see :func:`_list_change`),
+    or None."""
+    handed = handed or ()
+    for index, (name, mine, theirs) in enumerate(zip(("q_parts", "k_parts", "v_parts"), original, given or (),
+                                                     strict=False)):
         if not isinstance(mine, list):
             continue
-        if (not isinstance(theirs, list) or len(theirs) != len(mine)
-                or not all(isinstance(t, Tensor) and t.shape == m.shape and torch.equal(t.detach(), m)
-                           for m, t in zip(mine, theirs, strict=True))):
-            return name
+        change = _list_change(mine, theirs, handed[index] if index < len(handed) else None)
+        if change is not None:
+            return name, change
     return None
+
+
+# what the answer did to the caller's list, and the fix, for each change _list_change names
+_LIST_CHANGES = {
+    "grown": ("grew the caller's list {list} (list.extend, append or +=, which all work in place): "
+              "whoever called it now holds a list of more than its h weights, and a second call stacks "
+              "them again.",
+              "build a new list instead of growing a given one: q_parts + k_parts + v_parts makes a "
+              "new list, or [*q_parts, *k_parts, *v_parts]."),
+    "shrunk": ("shrank the caller's list {list} (pop, remove, del or clear, which all work in place): "
+               "whoever called it now holds fewer than its h weights, and a second call stacks too few "
+               "heads.",
+               "read the lists without taking items out of them: index them (q_parts[i]) or unpack them "
+               "([*q_parts, *k_parts, *v_parts])."),
+    "reordered": ("reordered the caller's list {list} in place (list.reverse, sort, or items assigned to "
+                  "other places): it holds the same h weights in another order, so whoever called it now has "
+                  "its heads swapped, and a second call stacks them in the wrong order.",
+                  "leave the given lists as they are: reversed(q_parts), sorted(...) or q_parts[::-1] make a "
+                  "new sequence if you need another order."),
+    "replaced": ("put other tensors into the caller's list {list} (q_parts[i] = ...): whoever called it now "
+                 "holds weights that are not the heads it gave you.",
+                 "keep your own values in a new list: parts = [*q_parts, *k_parts, *v_parts]."),
+    "edited": ("edited the tensors in the caller's list {list} in place (zero_(), copy_, +=, *= or other "
+               "in-place operations on its items): the list is as it was, but the weights in it are not, "
+               "so whoever called it now holds changed heads.",
+               "leave the given tensors as they are: out-of-place operations (w * 2, w.clone()) make new "
+               "tensors."),
+}
 
 
 class _StackExercise(WatchesGivenLists, DiagnosesRaisingAnswers, _TensorAnswers):
     """Exercise 4.2: ``torch.cat`` given a list of lists raises; say why. An answer that adds to
     (or otherwise changes) the lists it was given is named even when its result is right."""
 
-    def _list_edit(self, original: tuple, given: tuple | None) -> Feedback | None:
-        changed = _changed_list(original, given)
+    def _list_edit(self, original: tuple, given: tuple | None,
+                   handed: tuple | None = None) -> Feedback | None:
+        changed = _changed_list(original, given, handed)
         if changed is None:
             return None
+        name, change = changed
+        what, fix = _LIST_CHANGES[change]
         m = self._mistake_feedback("changed_callers_list")
-        m.message = m.message.replace("{list}", f"`{changed}`")
+        m.message = ("the stacked weights are right, but your function "
+                     + what).replace("{list}", f"`{name}`")
+        m.hint = fix
         return m
 
     refusable = ("cat", "concat", "concatenate")
@@ -291,12 +365,10 @@ STACK_HEAD_WEIGHTS = _StackExercise(
                 "head under the next, so the result is (3 * d_model, d_model).",
                 "concatenate instead of adding: torch.cat joins the heads' rows along dim 0."),
         Mistake("changed_callers_list",
-                "the stacked weights are right, but your function changed the caller's list {list} "
-                "(list.extend, append or +=, which all work in place): whoever called it now holds a "
-                "list of 3*h weights where their h query heads were, and a second call stacks them "
-                "again.",
-                "build a new list instead of growing a given one: q_parts + k_parts + v_parts makes a "
-                "new list, or [*q_parts, *k_parts, *v_parts]."),
+                # the message and fix say which change was seen: see _LIST_CHANGES
+                "the stacked weights are right, but your function changed the caller's list {list}: "
+                "whoever called it now holds other weights than the heads it gave you.",
+                "build a new list instead of changing a given one: [*q_parts, *k_parts, *v_parts]."),
     ],
     hint="nn.Linear weights are (d_k, d): they stack along dim 0, all query heads first, then the key "
          "heads, then the value heads, giving (3d, d).",

@@ -360,7 +360,8 @@ class _FindHeadExercise(WatchesGivenLists, Exercise):
     """5.3: ``attention`` is a list of per-layer patterns, which the core's in-place test does
     not look into; this check compares each pattern the answer was given with the case's own."""
 
-    def _list_edit(self, original: tuple, given: tuple | None) -> Feedback | None:
+    def _list_edit(self, original: tuple, given: tuple | None,
+                   handed: tuple | None = None) -> Feedback | None:
         changed = _changed_layer(original[0], given[0] if given else None)
         if changed is None:
             return None
