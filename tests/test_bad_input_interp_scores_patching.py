@@ -1457,3 +1457,69 @@ def test_path_patched_logits_still_refuses_the_outputs_of_other_tokens():
     torch.testing.assert_close(
         path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)], outputs=head_outputs(model, tokens)),
         path_patched_logits(model, tokens, source, [(0, 1)], [(1, 0)]))
+
+
+# -- hostile containers: a list or dict whose len() or iteration raises is named, its error chained
+class _BadIter(list):
+    def __iter__(self):
+        raise RuntimeError("iter boom")
+
+
+class _BadLen(list):
+    def __len__(self):
+        raise RuntimeError("len boom")
+
+
+class _BadLenDict(dict):
+    def __len__(self):
+        raise RuntimeError("len boom")
+
+
+def _hostile_calls():
+    from course_utils.attention.masks import causal_mask, masked_softmax
+    from course_utils.interp.ablation import ablated_logits, ablation_table, loss_evaluation
+    from course_utils.interp.patching import patched_logits, position_ablated_logits
+    from course_utils.interp.scores import head_score_table, role_verdicts
+
+    model = tiny_model()
+    tokens = torch.randint(0, 11, (2, 5), generator=torch.Generator().manual_seed(1))
+    ev, source = loss_evaluation(tokens, tokens), head_outputs(model, (tokens + 1) % 11)
+    weights = masked_softmax(torch.randn(2, 2, 6, 6), causal_mask(6))
+    where = torch.ones(2, 5, dtype=torch.bool)
+    grid = {"previous token": torch.rand(2, 2)}
+    return {
+        "ablated_logits heads": (lambda: ablated_logits(model, tokens, _BadIter([(0, 0)])), "heads"),
+        "ablated_logits a head": (lambda: ablated_logits(model, tokens, [_BadLen([0, 0])]), "each head"),
+        "head_score_table": (lambda: head_score_table(_BadLenDict(a=torch.rand(2, 2))), "scores"),
+        "measure heads": (lambda: measure(model, ev, _BadIter([(0, 0)])), "heads"),
+        "measure evaluations": (lambda: measure(model, _BadIter([ev])), "evaluations"),
+        "ablation_table cases": (lambda: ablation_table(model, ev, _BadLenDict(a=[(0, 0)])), "cases"),
+        "patched_logits": (lambda: patched_logits(model, tokens, source, _BadIter([(0, 0)])), "heads"),
+        "path_patched_logits": (lambda: path_patched_logits(model, tokens, source, _BadIter([(0, 0)]),
+                                                            [(1, 0)]), "senders"),
+        "position_ablated_logits": (
+            lambda: position_ablated_logits(model, tokens, _BadIter([(0, 0)]), where), "heads"),
+        "losses_along_orders": (lambda: losses_along_orders(model, tokens, tokens, _BadIter([[(0, 0)]]), 1),
+                                "orders"),
+        "prunable_counts": (
+            lambda: prunable_counts(model, ev, _BadIter([[(0, 0)]]), lambda r: True), "orders"),
+        "trace_heads replace": (
+            lambda: circuits.trace_heads(model, tokens, replace=_BadLenDict({(0, 0): 0.0})), "replace"),
+        "trace_heads keys_without": (lambda: circuits.trace_heads(model, tokens,
+                                                                  keys_without={1: _BadIter([(0, 0)])}),
+                                     "keys_without[1]"),
+        "agreement_score": (lambda: agreement_score(weights, _BadIter([5, 4]), [1, 2]), "query_positions"),
+        "role_verdicts scores": (lambda: role_verdicts(_BadLenDict(grid)), "scores"),
+        "role_verdicts chance": (lambda: role_verdicts(grid, chance=_BadLenDict({"previous token": 0.1})),
+                                 "chance"),
+    }
+
+
+@pytest.mark.parametrize("which", list(_hostile_calls()))
+def test_a_container_whose_len_or_iteration_raises_is_named(which):
+    call, name = _hostile_calls()[which]
+    raises_naming(TypeError, [name, "must be", "raised RuntimeError", "(chained below)"], call)
+    with pytest.raises(TypeError) as info:
+        call()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert "boom" in str(info.value.__cause__)

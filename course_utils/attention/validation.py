@@ -82,6 +82,7 @@ __all__ = [
     "MAX_NARGS",
     "shown",
     "items_of",
+    "dict_of",
     "plain_str",
     "plain_int",
     "check_choice",
@@ -178,6 +179,21 @@ def items_of(values: object, name: str, expected: str) -> list:
     except Exception as err:  # noqa: BLE001 - its len or iteration is the broken part; say so
         raise TypeError(f"{name} must be {expected}, got {type(values).__name__} {shown(values, 60)} "
                         f"whose len() or iteration raised {type(err).__name__} (chained below)") from err
+
+
+def dict_of(mapping: object, name: str, expected: str) -> object:
+    """A caller's dict as a plain ``dict`` read through :func:`items_of`: a dict subclass whose
+    ``len()``, iteration or item lookup raises is a TypeError naming ``name``, what was ``expected``
+    and what arrived (its error chained), instead of its own error naming nothing. Anything that is
+    not a dict is left to the caller's own type check (returned as it came)."""
+    if not isinstance(mapping, dict):
+        return mapping
+    keys = items_of(mapping, name, expected)
+    try:
+        return {key: mapping[key] for key in keys}
+    except Exception as err:  # noqa: BLE001 - its item lookup is the broken part; say so
+        raise TypeError(f"{name} must be {expected}, got {type(mapping).__name__} {shown(mapping, 60)} "
+                        f"whose item lookup raised {type(err).__name__} (chained below)") from err
 
 
 def plain_str(value: object, name: str, expected: str = "a str") -> str:

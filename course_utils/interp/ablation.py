@@ -14,6 +14,10 @@ function that turns the model's logits into named numbers (a loss, an accuracy).
 
 Shapes: L layers, h heads per layer, B batch, T positions, dk = d_model // h, V vocabulary.
 Heads are ``(layer, head)`` pairs, named ``L{layer}H{head}``.
+
+Bad input: every list or dict the caller gives (heads, orders, cases, scores, ...) is read through
+``items_of`` / ``dict_of``, so one whose ``len()``, iteration or lookup raises is a TypeError
+naming the argument, its own error chained, before any tensor work.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ..attention.validation import (
     check_tensor,
     check_tensor_list,
     describe_shape,
+    dict_of,
     items_of,
     shown,
 )
@@ -119,15 +124,17 @@ def _check_heads(heads: object, model: TinyTransformer, name: str = "heads") -> 
                         f"got {type(heads).__name__} {shown(heads, 60)}")
     of = "" if name == "heads" else f" of {name}"
     checked = []
-    for pair in heads:
-        ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in pair)
+    for pair in items_of(heads, name, "a list of (layer, head) pairs such as [(1, 2)]"):
+        parts = items_of(pair, f"each head{of}", "a (layer, head) pair of ints such as (1, 2)") \
+            if isinstance(pair, (tuple, list)) else None
+        ok = parts is not None and len(parts) == 2 and all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in parts)
         if not ok:
             raise TypeError(f"each head{of} must be a (layer, head) pair of ints such as (1, 2), "
                             f"got {shown(pair)}")
-        layer, head = int(pair[0]), int(pair[1])  # NumPy integers are ints too (check_int's rule)
+        layer, head = int(parts[0]), int(parts[1])  # NumPy integers are ints too (check_int's rule)
         if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
-            raise ValueError(f"head {tuple(pair)}{of} is out of range: expected layer in "
+            raise ValueError(f"head {tuple(parts)}{of} is out of range: expected layer in "
                              f"0..{cfg.num_layers - 1} and head in 0..{cfg.num_heads - 1}")
         checked.append((layer, head))
     if len(set(checked)) < len(checked):  # a head switched off, patched or counted twice means nothing
@@ -645,6 +652,8 @@ def _check_evaluations(evaluations: object, model: TinyTransformer) -> list[Eval
     if isinstance(evaluations, Evaluation):
         _check_tokens(evaluations.tokens, "evaluations.tokens", model)
         return [evaluations]
+    if isinstance(evaluations, Sequence) and not isinstance(evaluations, (str, bytes)):
+        evaluations = items_of(evaluations, "evaluations", "an Evaluation or a non-empty list of them")
     if not isinstance(evaluations, Sequence) or not evaluations or not all(
             isinstance(e, Evaluation) for e in evaluations):
         raise TypeError(f"evaluations must be an Evaluation or a non-empty list of them, got "
@@ -750,6 +759,7 @@ def ablation_table(model: TinyTransformer, evaluations: Evaluation | Sequence[Ev
     """One row per case (name -> heads to switch off), one column per measured number; each name is
     a non-empty str (the row's label). ``means`` as in :func:`measure` (unused but checked with
     ``method="zero"``)."""
+    cases = dict_of(cases, "cases", "a non-empty dict {name: [(layer, head), ...]}")
     if not isinstance(cases, dict) or not cases:
         raise TypeError(f"cases must be a non-empty dict {{name: [(layer, head), ...]}}, got "
                         f"{type(cases).__name__} {shown(cases, 60)}")

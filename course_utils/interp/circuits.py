@@ -9,6 +9,10 @@ and :func:`in_context_mass` score the predictions.
 
 :class:`HeadTrace` is the record :func:`trace_heads` fills; it checks its fields when built
 (shapes against the logits', every number finite), so one built by hand is checked too.
+
+Bad input: every list or dict the caller gives (heads, orders, cases, scores, ...) is read through
+``items_of`` / ``dict_of``, so one whose ``len()``, iteration or lookup raises is a TypeError
+naming the argument, its own error chained, before any tensor work.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..attention.validation import (
     check_record,
     check_tensor,
     describe_shape,
+    dict_of,
     freeze_fields,
     items_of,
     shown,
@@ -158,7 +163,7 @@ def _check_head_keys(keys: object, num_layers: int, num_heads: int, what: str) -
     if isinstance(keys, (str, bytes, torch.Tensor)) or not isinstance(keys, (list, tuple, set, dict)):
         raise TypeError(f"{what} must be a collection of (layer, head) pairs, got {type(keys).__name__}")
     checked = []
-    for key in keys:
+    for key in items_of(keys, what, "a collection of (layer, head) pairs"):
         if not isinstance(key, tuple) or len(key) != 2:
             raise TypeError(f"{what} must hold (layer, head) pairs of ints, got {shown(key)}")
         try:
@@ -312,6 +317,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     _check_model(model)
     config = model.config
     L, h, d = config.num_layers, config.num_heads, config.d_model
+    replace = dict_of(replace, "replace", "a dict {(layer, head): 0.0 or a tensor} or None")
     if replace is not None and not isinstance(replace, dict):
         raise TypeError(f"replace must be a dict {{(layer, head): 0.0 or a tensor}} or None, got "
                         f"{type(replace).__name__}")
@@ -331,6 +337,7 @@ def trace_heads(model: torch.nn.Module, tokens: torch.Tensor, *,
     check_flag(keep_attention, "keep_attention")
     edits = {}
     for name, edit in (("keys", keys_without), ("queries", queries_without)):
+        edit = dict_of(edit, f"{name}_without", "a dict {layer: [(layer, head), ...]} or None")
         if edit is not None and not isinstance(edit, dict):
             raise TypeError(f"{name}_without must be a dict {{layer: [(layer, head), ...]}} or None, got "
                             f"{type(edit).__name__}")

@@ -37,6 +37,10 @@ Nothing re-implements the model.
   l2 norm before heads of different layers are compared.
 
 Shapes: L layers, h heads, B batch, T positions, dk = d_model // h, d = d_model.
+
+Bad input: every list or dict the caller gives (heads, orders, cases, scores, ...) is read through
+``items_of`` / ``dict_of``, so one whose ``len()``, iteration or lookup raises is a TypeError
+naming the argument, its own error chained, before any tensor work.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from ..attention.validation import (
     check_not_inference,
     check_real,
     check_weights_finite,
+    items_of,
     shown,
 )
 from ..env import gradients_on
@@ -864,6 +869,7 @@ def _check_orders(orders: object, model: TinyTransformer) -> list[list[Head]]:
     if isinstance(orders, (str, bytes, dict)) or not hasattr(orders, "__iter__"):
         raise TypeError(f"orders must be a list of orders, each a list of (layer, head) pairs, got "
                         f"{type(orders).__name__} {shown(orders, 60)}")
+    orders = items_of(orders, "orders", "a list of orders, each a list of (layer, head) pairs")
     return [_check_heads(order, model, f"orders[{i}]") for i, order in enumerate(orders)]
 
 

@@ -24,6 +24,10 @@ chance, so that a score just under a threshold is not read as "absent".
 
 Query position 0 is left out of the first two: under a causal mask it has no previous
 token and can only attend to itself, so it says nothing about the head.
+
+Bad input: every list or dict the caller gives (heads, orders, cases, scores, ...) is read through
+``items_of`` / ``dict_of``, so one whose ``len()``, iteration or lookup raises is a TypeError
+naming the argument, its own error chained, before any tensor work.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from ..attention.validation import (
     check_int,
     check_names_free,
     check_real,
+    dict_of,
     items_of,
     plain_str,
     shown,
@@ -266,6 +271,7 @@ def _positions(positions: int | Sequence[int] | torch.Tensor, batch: int, seq_le
     if isinstance(positions, (bool, numbers.Integral)):  # a NumPy int too
         positions = [check_int(positions, name)] * batch
     if isinstance(positions, (list, tuple)):
+        positions = items_of(positions, name, "an int or a sequence of ints")
         for i, position in enumerate(positions):
             if not isinstance(position, (list, tuple, np.ndarray, torch.Tensor)):  # nested: the shape check
                 position = check_int(position, f"{name}[{i}]")
@@ -461,6 +467,7 @@ def head_score_table(scores: dict[str, torch.Tensor], *, decimals: int = 3) -> p
     ``"index"``, ``"top role"``, ``"top score"``) is refused, a ValueError naming it: its scores
     would overwrite that column, or the column them.
     """
+    scores = dict_of(scores, "scores", "a non-empty dict {role name: (L, h) tensor}")
     if not isinstance(scores, dict) or not scores:
         raise ValueError(f"scores must be a non-empty dict {{role name: (L, h) tensor}}, got "
                          f"{type(scores).__name__} {shown(scores, 60)}")
@@ -663,6 +670,8 @@ def role_verdicts(scores: dict[str, torch.Tensor], *, threshold: float = 0.5, ma
     """
     threshold, decimals = _check_threshold(threshold), _check_decimals(decimals)  # plain numbers (a
     margin = check_real(margin, "margin")  # subclass's repr raised in the sentences: battery 30)
+    scores = dict_of(scores, "scores", "a non-empty dict {role name: (L, h) tensor}")
+    chance = dict_of(chance, "chance", "a dict {role: chance score} or None")
     if chance is not None and not isinstance(chance, dict):
         raise TypeError(f"chance must be a dict {{role: chance score}} or None, got {type(chance).__name__}")
     for role, value in (chance or {}).items():
