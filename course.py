@@ -29,14 +29,17 @@ SIGINT: pytest then prints a KeyboardInterrupt traceback in the middle of its su
 and without xdist, the copy 0-0.3 s after the first), and JupyterLab stops without asking. A
 SIGINT sent to the group (``kill -INT -PGID``) cannot be told apart from one sent to course.py
 alone, so no rule could relay only the latter. From another shell, stop them with SIGTERM
-(``kill PID``: exit 143) or with SIGINT to the group.
+(``kill PID``: exit 143) or with SIGINT to the group. A second exception no script can close: a
+signal in the first few hundredths of a second, while Python itself starts and compiles this file
+(before its first line runs), gets Python's own answer (a KeyboardInterrupt traceback, or the
+process killed by SIGINT); nothing has been written by then.
 """
 
 # No `from __future__ import annotations` here: importing __future__ runs the import system's own
 # code, where a Ctrl-C would raise before the handler below is set (its annotations work on 3.10).
 import _signal  # built in and loaded already: SIGINT/SIGTERM are noted before any import that takes time
 
-_early_signals: list[int] = []
+_early_signals = []  # (list[int]: no annotation evaluated before the version check below)
 if __name__ == "__main__":
     # A signal from here until cli.stop_at_once below (the imports of pathlib, course_cli and cli
     # take 0.1 s or more) is noted instead of raising a KeyboardInterrupt traceback in them; it is
@@ -50,6 +53,11 @@ if __name__ == "__main__":
             _signal.signal(_sig, lambda signum, frame: _early_signals.append(signum))
 
 import sys  # noqa: E402
+
+if sys.version_info < (3, 10):  # noqa: UP036 - here, before a def whose `str | None` 3.9 cannot evaluate
+    sys.exit(f"The course needs Python 3.10 or newer; this is {sys.version.split()[0]}. "
+             "Run this script with a newer python, e.g. python3.11 course.py ...")
+
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -203,9 +211,6 @@ def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
 
 def ensure_environment() -> None:
     """Create .venv and install the course into it, once per change of the pins."""
-    if sys.version_info < (3, 10):  # noqa: UP036 - this check is for people running older Pythons
-        sys.exit(f"The course needs Python 3.10 or newer; this is {sys.version.split()[0]}. "
-                 "Run this script with a newer python, e.g. python3.11 course.py ...")
     if STAMP.exists() and STAMP.read_text() == _fingerprint() and _bin("python").exists():
         return
     if not _venv_is_usable():  # missing, half-made, or made by another Python version

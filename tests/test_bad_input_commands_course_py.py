@@ -727,6 +727,19 @@ def test_course_py_sets_its_signal_note_before_any_import_that_runs_python_code(
         ast.unparse(body[3])
 
 
+def test_course_py_checks_the_python_version_before_any_annotation_is_evaluated():
+    """course.py has no `from __future__ import annotations` (above), so on Python 3.9 a def with
+    `-> str | None` would raise TypeError before ensure_environment's "needs Python 3.10" line:
+    the version check is a module-level statement ahead of every def and annotated assignment."""
+    body = ast.parse((ROOT / "course.py").read_text(encoding="utf-8")).body
+    check = next(i for i, node in enumerate(body)
+                 if isinstance(node, ast.If) and "sys.version_info < (3, 10)" in ast.unparse(node.test))
+    assert "needs Python 3.10 or newer" in ast.unparse(body[check])
+    first_annotated = next(i for i, node in enumerate(body)
+                           if isinstance(node, ast.FunctionDef | ast.AnnAssign | ast.ClassDef))
+    assert check < first_annotated, ast.unparse(body[first_annotated])[:80]
+
+
 # -- lab --notebook-dir: a root folder that does not hold the lesson, or no folder, refused at once ----
 @pytest.mark.parametrize("args", [["--notebook-dir=."], ["--notebook-dir", "student"],
                                   ["--ServerApp.root_dir=student", "--no-browser"]])
