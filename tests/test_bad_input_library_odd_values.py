@@ -255,10 +255,11 @@ def test_messages_show_user_values_with_shown() -> None:
     def cannot(text: str):
         raise ValueError("unknown word")
 
-    raises_naming(ValueError, ["cannot draw the first example", "StrBadRepr whose repr raised"],
+    # (the explorer reads a str subclass by its plain value: the text shows as it is)
+    raises_naming(ValueError, ["cannot draw the first example 'a b'"],
                   lambda: AttentionExplorer(cannot, [StrBadRepr("a b")], 1, 2))
     raises_naming(ValueError, ["rows[0]['induction_s'] must be a finite number >= 0",
-                               "BadFloat whose repr raised"],
+                               "got -1.0"],  # (read by its plain value, as every number is)
                   lambda: format_training_table([{"seed": 0, "induction_s": BadFloat(-1.0)}]))
     raises_naming(ValueError, ["rows[0]['induction_s' (a StrBadRepr whose", "must be a finite number >= 0"],
                   lambda: format_training_table([{"seed": 0, StrBadRepr("induction_s"): -1.0}]))
