@@ -898,3 +898,15 @@ def test_trainconfig_takes_any_numpy_float_as_the_python_float_it_is(field, numb
 def test_trainconfig_still_refuses_bools_strs_and_nan_naming_the_field(field, value, error):
     with pytest.raises(error, match=rf"^TrainConfig\.{field} must be"):
         TrainConfig(steps=3, **{field: value})
+
+
+@pytest.mark.parametrize("extra, listed", [({1: 2, "zz": 3}, "['zz', 1]"),
+                                           ({None: 2, "a": 1}, "['a', None]")])
+def test_model_config_from_dict_lists_unknown_keys_of_any_type(extra, listed) -> None:
+    """Unknown keys were sorted as they were: an int or None among str keys raised "'<' not
+    supported between instances of 'str' and 'int'" instead of naming them (battery 34)."""
+    from course_utils.model.transformer import ModelConfig
+
+    with pytest.raises(ValueError) as info:
+        ModelConfig.from_dict({"vocab_size": 11, "max_len": 8, **extra})
+    assert f"unknown ModelConfig keys {listed}" in str(info.value), info.value

@@ -126,13 +126,15 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
-        """Build a config from a dict, refusing unknown or missing keys by name."""
+        """Build a config from a dict, refusing unknown or missing keys by name (keys of any type:
+        ``1`` or ``None`` among str keys are listed, not compared)."""
         if not isinstance(data, dict):
             raise TypeError(f"a model config must be a dict, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(shown(key) for key in data if not (isinstance(key, str) and key in known))
         if unknown:
-            raise ValueError(f"unknown ModelConfig keys {unknown}; expected keys from {sorted(known)}")
+            raise ValueError(f"unknown ModelConfig keys [{', '.join(unknown)}]; expected keys from "
+                             f"{sorted(known)}")
         missing = sorted(k for k in ("vocab_size", "max_len") if k not in data)
         if missing:
             raise ValueError(f"ModelConfig is missing required keys {missing}")
