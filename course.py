@@ -209,10 +209,45 @@ def venv_folder_problem(folder: Path, option: str = "COURSE_VENV",
     return None
 
 
+def other_checkout_problem(venv_folder: Path | None = None) -> str | None:
+    """What is wrong with installing this checkout into ``COURSE_VENV`` when that environment holds
+    the course installed (editable) from another checkout that still exists: the install would
+    repoint it, and that checkout's commands would then import this one's code without a word
+    (battery 34). None when COURSE_VENV is unset (.venv is this checkout's own), when the install
+    there is this checkout's, or when its checkout is gone (moved: installing here is then right)."""
+    import json
+    import urllib.parse
+
+    if not os.environ.get("COURSE_VENV"):
+        return None
+    folder = VENV if venv_folder is None else venv_folder
+    records = [*folder.glob("lib/python*/site-packages/course_utils-*.dist-info/direct_url.json"),
+               *folder.glob("Lib/site-packages/course_utils-*.dist-info/direct_url.json")]
+    for record in sorted(records):
+        try:
+            url = json.loads(record.read_text(encoding="utf-8")).get("url")
+            if not (isinstance(url, str) and url.startswith("file://")):
+                continue
+            source = Path(urllib.parse.unquote(url[len("file://"):]))
+            if source.resolve() == ROOT or not (source / "course.py").is_file():
+                continue
+        except (OSError, RuntimeError, ValueError, AttributeError):  # unreadable: not ours to judge
+            continue
+        return (f"COURSE_VENV={folder} holds the course installed from another checkout, {source}; "
+                f"installing this one ({ROOT}) there would make that checkout's commands import this "
+                "one's code. Unset COURSE_VENV (this checkout then gets a .venv of its own), point it at "
+                "a new folder, or run python3 course.py from that checkout")
+    return None
+
+
 def ensure_environment() -> None:
-    """Create .venv and install the course into it, once per change of the pins."""
+    """Create .venv and install the course into it, once per change of the pins. A COURSE_VENV that
+    holds another existing checkout's install is refused, not repointed (:func:`other_checkout_problem`)."""
     if STAMP.exists() and STAMP.read_text() == _fingerprint() and _bin("python").exists():
         return
+    problem = other_checkout_problem()
+    if problem:
+        sys.exit(f"Cannot install the course: {problem}.")
     if not _venv_is_usable():  # missing, half-made, or made by another Python version
         problem = venv_folder_problem(VENV)
         if problem:

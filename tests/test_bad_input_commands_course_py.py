@@ -10,6 +10,7 @@ files live in tests/bad_input_cases.py."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import signal
 import subprocess
@@ -765,3 +766,49 @@ def test_course_lab_refuses_a_root_folder_it_cannot_use_before_starting(args, na
     assert course.main(["lab", *args]) == 2
     err = capsys.readouterr().err
     assert named in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+# -- COURSE_VENV holding another checkout's install: refused, not repointed (battery 34) ----------
+def _venv_with_course_from(folder: Path, source: Path) -> Path:
+    record = (folder / "lib" / "python3.11" / "site-packages" / "course_utils-0.2.0.dist-info"
+              / "direct_url.json")
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}}), encoding="utf-8")
+    return folder
+
+
+def test_course_venv_of_another_existing_checkout_is_refused_before_installing(tmp_path, monkeypatch):
+    """A tester ran course.py from a clone with COURSE_VENV pointing at the main checkout's .venv:
+    a changed pyproject.toml made it reinstall there, and the main checkout's environment then
+    imported the clone's course_utils without a word."""
+    course = load_course()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "course.py").write_text("", encoding="utf-8")
+    shared = _venv_with_course_from(tmp_path / "shared", other)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    monkeypatch.setenv("COURSE_VENV", str(shared))
+    monkeypatch.setattr(course, "VENV", shared)
+    monkeypatch.setattr(course, "STAMP", shared / ".course-install-stamp")
+    problem = course.other_checkout_problem()
+    assert problem and f"installed from another checkout, {other}" in problem
+    assert "Unset COURSE_VENV" in problem
+    with pytest.raises(SystemExit) as info:
+        course.ensure_environment()
+    assert "Cannot install the course: COURSE_VENV=" in str(info.value.code)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("case", ["unset", "this checkout", "checkout gone", "not a file url"])
+def test_course_venv_of_this_or_a_vanished_checkout_is_installed_into(case, tmp_path, monkeypatch):
+    course = load_course()
+    source = {"this checkout": ROOT, "checkout gone": tmp_path / "moved"}.get(case, tmp_path)
+    shared = _venv_with_course_from(tmp_path / "shared", source)
+    if case == "not a file url":
+        record = next(shared.rglob("direct_url.json"))
+        record.write_text('{"url": "https://example.org/x"}', encoding="utf-8")
+    if case != "unset":
+        monkeypatch.setenv("COURSE_VENV", str(shared))
+    else:
+        monkeypatch.delenv("COURSE_VENV", raising=False)
+    assert course.other_checkout_problem(shared) is None
