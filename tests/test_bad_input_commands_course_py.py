@@ -748,18 +748,27 @@ def test_course_lab_takes_a_root_folder_that_holds_the_lesson(args):
     course = load_course()
     assert course.lab_value_problems(args) == []
     assert course.lab_args(["--notebook-dir=."])[-1].endswith("00_start_here.ipynb")
+    assert course.lab_value_problems([f"--notebook-dir={ROOT.parent}"]) == []  # a folder above holds it too
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--notebook-dir=/tmp"], "--notebook-dir /tmp does not hold student/00_start_here.ipynb"),
-    (["--ServerApp.root_dir", "/tmp"], "--ServerApp.root_dir /tmp does not hold student/00_start_here.ipynb"),
+@pytest.mark.parametrize("args, named", [  # OUTSIDE: a folder that does not hold the repository
+    (["--notebook-dir=OUTSIDE"], "--notebook-dir OUTSIDE does not hold student/00_start_here.ipynb"),
+    (["--ServerApp.root_dir", "OUTSIDE"],
+     "--ServerApp.root_dir OUTSIDE does not hold student/00_start_here.ipynb"),
     (["--notebook-dir=/no/such/folder"], "--notebook-dir '/no/such/folder' is not a folder"),
     (["--ServerApp.root_dir", "/no/such/folder"], "--ServerApp.root_dir '/no/such/folder' is not a folder"),
     (["--no-browser", "--notebook-dir"], "--notebook-dir needs a value"),
 ])
-def test_course_lab_refuses_a_root_folder_it_cannot_use_before_starting(args, named, monkeypatch, capsys):
+def test_course_lab_refuses_a_root_folder_it_cannot_use_before_starting(args, named, monkeypatch, capsys,
+                                                                      tmp_path):
     """course.py appended student/00_start_here.ipynb after --notebook-dir=/tmp: JupyterLab started,
-    then stopped with "`root_dir` and `file_to_run` are incompatible"; a missing folder, "Bad config"."""
+    then stopped with "`root_dir` and `file_to_run` are incompatible"; a missing folder, "Bad config".
+    (Not /tmp itself here: a clone in /tmp, as CI's, lies inside it, and the lesson with it.)"""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert not ROOT.resolve().is_relative_to(outside.resolve())
+    args = [str(outside) if a == "OUTSIDE" else a.replace("OUTSIDE", str(outside)) for a in args]
+    named = named.replace("OUTSIDE", str(outside))
     course = load_course()
     monkeypatch.setattr(course, "ensure_environment", lambda: pytest.fail("installed or started"))
     monkeypatch.setattr(course.cli, "call", lambda *a, **k: pytest.fail("JupyterLab started"))
